@@ -1,0 +1,58 @@
+"""Every refusal the project makes is one of these.
+
+A refusal names three things: the document path of the offending field
+(``interventions.patching.writes.patch.pos``), what is wrong there, and what to
+write instead. The CLI prints ``str(error)`` without a traceback and exits 2;
+the pytest plugin shows the same text as a collection or run-time failure.
+"""
+from __future__ import annotations
+
+
+class CausalabError(Exception):
+    """Base of every typed refusal: ``path: problem; fix``."""
+
+    def __init__(self, path: str, problem: str, fix: str = "") -> None:
+        self.path = path
+        self.problem = problem
+        self.fix = fix
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        text = f"{self.path}: {self.problem}" if self.path else self.problem
+        return f"{text}; {self.fix}" if self.fix else text
+
+    def __reduce__(self):  # keep path/problem/fix across pickling (xdist, nnsight)
+        return (type(self), (self.path, self.problem, self.fix))
+
+
+class DocumentError(CausalabError):
+    """The document is malformed: a field is missing, unknown, or of the wrong shape."""
+
+
+class SweepError(DocumentError):
+    """A sweep wrapper cannot be lowered, or reached a front end unlowered."""
+
+
+class DataError(CausalabError):
+    """A dataset, split, row field or column the document names does not exist."""
+
+
+class ModelError(CausalabError):
+    """A model cannot be resolved, or its weights are not the revision the document names."""
+
+
+class CompileError(CausalabError):
+    """The document is well formed but cannot be compiled against this model and data."""
+
+
+class PlanError(CausalabError):
+    """A question asked of a plan has no single answer (an ambiguous result name, say)."""
+
+
+class EngineError(CausalabError):
+    """An engine refuses what the plan asks of it, or a run-time check failed."""
+
+
+def join_path(*parts: object) -> str:
+    """``join_path("interventions", "p", "writes")`` → ``interventions.p.writes``; ints stay as list indices."""
+    return ".".join(str(p) for p in parts if p is not None and p != "")
