@@ -156,3 +156,36 @@ def as_json() -> dict:
         "reductions": list(REDUCTIONS),
         "position_forms": list(POSITION_FORMS),
     }
+
+
+def check_params(mechanism: str, params: dict) -> dict:
+    """A mechanism's parameters checked by name, returned with defaults filled.
+
+    Raises ValueError with the fix in the message; the caller adds the document path.
+    Lives here (not in ops) so validating a document never imports torch.
+    """
+    mech = MECHANISMS[mechanism]
+    unknown = sorted(set(params) - set(mech.params))
+    if unknown:
+        takes = ", ".join(mech.params) or "no parameters"
+        raise ValueError(f"{mechanism} takes {takes}; unknown parameter(s) {unknown}")
+    out = {}
+    for name, (kind, default) in mech.params.items():
+        value = params.get(name, default)
+        if value is REQUIRED:
+            raise ValueError(f"{mechanism} needs the parameter {name!r}")
+        if value is not None:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"{mechanism}.{name} is a number, not {value!r}")
+            if kind is int and float(value) != int(value):
+                raise ValueError(f"{mechanism}.{name} is an integer, not {value!r}")
+            value = kind(value)
+        out[name] = value
+    if mechanism == "clamp":
+        if out["min"] is None and out["max"] is None:
+            raise ValueError("clamp needs at least one bound: \"min\" or \"max\"")
+        if out["min"] is not None and out["max"] is not None and out["min"] > out["max"]:
+            raise ValueError(f"clamp min {out['min']} is above max {out['max']}")
+    if mechanism == "gaussian" and out["std"] <= 0:
+        raise ValueError(f"gaussian std must be positive, not {out['std']}")
+    return out

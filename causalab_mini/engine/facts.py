@@ -1,0 +1,115 @@
+"""What the compiler may know about a model: its config and tokenizer, no weights.
+
+``ModelFacts`` answers the compile-time questions — how many layers, how wide a
+component is, how many heads — and turns a site into an ``Address``. Every
+bound is checked here, so an index past the end is refused naming the field
+rather than failing on a tensor inside a trace.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from ..errors import CompileError
+from ..plan.plan import Address
+from ..vocab import BEFORE_LAYERS, COMPONENTS
+
+ENGINES = ("nnterp", "hooks")
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    key: str
+    revision: Optional[str]
+    family: str  # config.model_type: llama, gpt2, gemma2, ...
+    num_layers: int
+    d_model: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    d_mlp: int
+    vocab_size: int
+    softcap: Optional[float]
+    tokenizer: Any
+
+    @classmethod
+    def from_config(cls, config, tokenizer, *, key: str, revision: Optional[str]) -> "ModelFacts":
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        d_model = text.hidden_size
+        n_heads = text.num_attention_heads
+        head_dim = getattr(text, "head_dim", None) or d_model // n_heads
+        d_mlp = getattr(text, "intermediate_size", None) or getattr(text, "n_inner", None) or 4 * d_model
+        return cls(
+            key=key, revision=revision, family=text.model_type,
+            num_layers=text.num_hidden_layers, d_model=d_model, n_heads=n_heads,
+            n_kv_heads=getattr(text, "num_key_value_heads", None) or n_heads,
+            head_dim=head_dim, d_mlp=d_mlp, vocab_size=text.vocab_size,
+            softcap=getattr(text, "final_logit_softcapping", None), tokenizer=tokenizer,
+        )
+
+    # --- the compile-time members an engine also exposes -------------------
+    def heads(self, component: str) -> int:
+        """Heads a heads-selector component has (key/value heads for grouped-query k and v)."""
+        return self.n_kv_heads if component in ("attention_key", "attention_value") else self.n_heads
+
+    def width(self, component: str) -> int:
+        """The last-axis width of the whole component (before a units/heads selection)."""
+        if component in ("lm_head", "logits"):
+            return self.vocab_size
+        if component == "mlp_hidden":
+            return self.d_mlp
+        if COMPONENTS[component].selector == "heads":
+            return self.heads(component) * self.head_dim
+        return self.d_model
+
+    def stage(self, component: str, layer: Optional[int]) -> int:
+        """Where in the forward a component sits: -1 before the layers, num_layers after them."""
+        if layer is not None:
+            return layer
+        return -1 if component in BEFORE_LAYERS else self.num_layers
+
+    def refusal(self, component: str, engine: str) -> Optional[str]:
+        """Why ``engine`` cannot reach ``component`` on this model, or None."""
+        comp = COMPONENTS[component]
+        if engine == "hooks" and not comp.hooks:
+            return (f"{component} is interior to a module's forward (no module boundary exposes it), "
+                    "so a forward hook cannot reach it; run this document with --engine nnterp")
+        if engine == "nnterp" and component == "attention_probs" and self.family == "gpt2":
+            return ("attention_probs on GPT-2 fails nnterp 1.3.0's own load-time check under "
+                    "transformers 5 (module_attn_dropout_0); read attention_z instead")
+        return None
+
+    def locate(self, site, *, path: str, engine: str) -> Address:
+        """A site (component, layers, heads, units) as an Address, every bound checked."""
+        comp = COMPONENTS[site.component]
+        reason = self.refusal(site.component, engine)
+        if reason:
+            raise CompileError(f"{path}.component", f"the {engine} engine cannot reach {site.component}",
+                               reason)
+        layer = site.layers[0] if site.layers else None
+        if layer is not None and layer >= self.num_layers:
+            raise CompileError(f"{path}.layers", f"layer {layer} is past the end: {self.key} has "
+                               f"{self.num_layers} layers", f"use 0..{self.num_layers - 1}")
+        full = self.width(site.component)
+        columns: Optional[tuple[int, ...]] = None
+        if site.heads is not None:
+            n = self.heads(site.component)
+            bad = [h for h in site.heads if h >= n]
+            if bad:
+                raise CompileError(f"{path}.heads", f"head(s) {bad} past the end: {site.component} "
+                                   f"has {n} heads", f"use 0..{n - 1}")
+            columns = tuple(h * self.head_dim + i for h in site.heads for i in range(self.head_dim))
+        if site.units is not None:
+            bad = [u for u in site.units if u >= full]
+            if bad:
+                raise CompileError(f"{path}.units", f"unit(s) {bad} past the end: {site.component} "
+                                   f"is {full} wide", f"use 0..{full - 1}")
+            columns = tuple(site.units)
+        return Address(
+            component=site.component, layer=layer,
+            heads=tuple(site.heads) if site.heads is not None else None,
+            units=tuple(site.units) if site.units is not None else None,
+            stage=self.stage(site.component, layer), order=comp.order,
+            full_width=full, width=len(columns) if columns is not None else full,
+            columns=columns,
+        )

@@ -1,0 +1,133 @@
+"""Model resolution and loading.
+
+Resolution turns a document's ``model.key`` into something ``from_pretrained``
+accepts, in this order: a directory relative to the document; a directory under
+each entry of the model search path (``--models``, ``CAUSALAB_MODELS``, else a
+``models/`` or ``documents/models/`` folder found walking up from the document);
+otherwise a hub id at ``revision``. Documents hold no absolute paths.
+
+A local model's revision is ``sha256:<hex>`` over its safetensors files, so a
+document pinned to a checkpoint notices when the weights under that name change.
+
+Only ``load_weights`` touches tensors; everything else reads config, tokenizer
+and file bytes, which is what lets ``explain`` compile without weights.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+from ..errors import ModelError
+
+ENV_MODELS = "CAUSALAB_MODELS"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    key: str  # as the document wrote it
+    source: str  # what from_pretrained gets: a local directory or a hub id
+    revision: Optional[str]  # hub commit, or the local weights' digest
+    local: bool
+
+
+def _split(value: Union[str, Sequence, None]) -> list[Path]:
+    if value is None:
+        return []
+    if isinstance(value, (str, os.PathLike)):
+        value = [p for p in str(value).split(os.pathsep) if p]
+    return [Path(p) for p in value]
+
+
+def find_models_root(start: Optional[Path]) -> Optional[Path]:
+    """The nearest ``models/`` (or ``documents/models/``) folder walking up from ``start``."""
+    if start is None:
+        return None
+    start = Path(start).resolve()
+    for folder in [start if start.is_dir() else start.parent, *start.parents]:
+        for candidate in (folder / "models", folder / "documents" / "models"):
+            if candidate.is_dir():
+                return candidate
+    return None
+
+
+def model_roots(explicit=None, document: Optional[Path] = None) -> list[Path]:
+    roots = _split(explicit) + _split(os.environ.get(ENV_MODELS))
+    found = find_models_root(document)
+    return roots + ([found] if found else [])
+
+
+def weights_digest(directory: Path) -> str:
+    """``sha256:<hex>`` over the names and bytes of every safetensors file in a model directory."""
+    files = sorted(Path(directory).glob("*.safetensors"))
+    if not files:
+        raise ModelError("model.key", f"{directory} has no .safetensors weights",
+                         "save the model with save_pretrained(..., safe_serialization=True)")
+    outer = hashlib.sha256()
+    for f in files:
+        inner = hashlib.sha256()
+        with open(f, "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 20), b""):
+                inner.update(chunk)
+        outer.update(f.name.encode() + b"\0" + inner.digest())
+    return "sha256:" + outer.hexdigest()
+
+
+def _is_model_dir(path: Path) -> bool:
+    return path.is_dir() and (path / "config.json").is_file()
+
+
+def resolve(key: str, revision: Optional[str], *, document: Optional[Path] = None,
+            roots=None, check_revision: bool = True) -> ResolvedModel:
+    """Where the document's model is. A local model's digest is checked against ``revision``."""
+    searched: list[Path] = []
+    candidates = []
+    if document is not None:
+        candidates.append(Path(document).resolve().parent / key)
+    candidates += [root / key for root in model_roots(roots, document)]
+    for candidate in candidates:
+        searched.append(candidate)
+        if _is_model_dir(candidate):
+            digest = weights_digest(candidate)
+            if check_revision and revision is not None and revision != digest:
+                raise ModelError(
+                    "model.revision",
+                    f"the weights at {key!r} are {digest}, and the document names {revision}",
+                    "the checkpoint changed since the document was written: rerun the experiment "
+                    f"on purpose by writing \"revision\": \"{digest}\", or restore the weights")
+            return ResolvedModel(key, str(candidate), digest, True)
+    if key.startswith((".", "/")) or key.count("/") > 1:
+        raise ModelError("model.key", f"{key!r} is not a model directory (searched: "
+                         f"{', '.join(map(str, searched)) or 'nowhere'})",
+                         f"pass --models DIR or set {ENV_MODELS} to the folder that holds it")
+    return ResolvedModel(key, key, revision, False)
+
+
+def _hub_failure(resolved: ResolvedModel, err: Exception, searched_roots) -> ModelError:
+    return ModelError(
+        "model.key",
+        f"{resolved.key!r} is not a local model directory and could not be fetched as a hub id "
+        f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})",
+        "put it under a model search path (--models DIR, " + ENV_MODELS + ") or check the id; "
+        f"searched: {', '.join(map(str, searched_roots)) or 'no model roots'}")
+
+
+def load_config(resolved: ResolvedModel, roots=()):
+    from transformers import AutoConfig
+
+    try:
+        return AutoConfig.from_pretrained(resolved.source, revision=None if resolved.local else resolved.revision)
+    except (OSError, ValueError) as err:
+        raise _hub_failure(resolved, err, roots) from None
+
+
+def load_tokenizer(resolved: ResolvedModel, roots=()):
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(resolved.source,
+                                             revision=None if resolved.local else resolved.revision)
+    except (OSError, ValueError) as err:
+        raise _hub_failure(resolved, err, roots) from None

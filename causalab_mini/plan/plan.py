@@ -1,0 +1,280 @@
+"""The Plan: pure data an engine walks.
+
+Strings, integers and tuples; every field frozen except ``results``, so every
+number sits on the node that produced it, and a node's path in the tree is its
+path on disk. There is no ``execute`` on a step: what running one means is the
+engine's business (``engine/steps.py``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Optional, Union
+
+from ..errors import PlanError
+from ..shapes import Where
+
+
+@dataclass(frozen=True)
+class Address:
+    """One place in the model: a component at a layer, narrowed to heads or units."""
+
+    component: str
+    layer: Optional[int]
+    heads: Optional[tuple[int, ...]]
+    units: Optional[tuple[int, ...]]
+    stage: int  # -1 before the layers, the layer, or num_layers after them
+    order: int  # forward order inside the stage
+    full_width: int  # the component's last axis
+    width: int  # after the heads/units selection
+    columns: Optional[tuple[int, ...]]  # last-axis indices the selection takes (None: all)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Sort key in forward order; taps are visited in this order inside one forward."""
+        return (self.stage, self.order)
+
+    @property
+    def site_key(self) -> tuple:
+        """Identity of the tensor tapped (selection aside): writes and reads at one site share it."""
+        return (self.component, self.layer)
+
+    def spelling(self) -> str:
+        text = self.component if self.layer is None else f"{self.component}[{self.layer}]"
+        if self.heads is not None:
+            text += f".heads{list(self.heads)}".replace(" ", "")
+        if self.units is not None:
+            text += f".units{list(self.units)}".replace(" ", "")
+        return text
+
+
+@dataclass(frozen=True)
+class Operand:
+    kind: str  # "read" (of this pass), "ref" (published by an earlier step), "number"
+    value: Union[str, float]
+
+    def spelling(self) -> str:
+        return str(self.value)
+
+
+@dataclass(frozen=True)
+class ReadOp:
+    name: str
+    address: Address
+    where: Where
+    anchors: Optional[tuple[Optional[str], ...]]  # per-row text the scope's variable binds to
+    featurizer: Optional[str]
+    view: Optional[str]
+    width: int  # of the value it yields (feature space, or vocab for a logits view)
+    step: Union[None, int, str] = None  # decode step it fires at; "stack" for a cut of the continuation
+
+
+@dataclass(frozen=True)
+class WriteOp:
+    name: str
+    address: Address
+    where: Where
+    anchors: Optional[tuple[Optional[str], ...]]
+    mechanism: str
+    operand: Optional[Operand]
+    params: tuple[tuple[str, Any], ...]
+    featurizer: Optional[str]
+    features: Optional[tuple[int, ...]]
+    step: Union[None, int, str] = None  # None prompt frame (prefill), k, or "all"
+
+
+@dataclass(frozen=True)
+class Tap:
+    """Everything one forward does at one address: its writes (in list order), then its reads."""
+
+    address: Address
+    writes: tuple[WriteOp, ...]
+    reads: tuple[ReadOp, ...]
+
+
+@dataclass(frozen=True)
+class Forward:
+    model: str
+    input: str
+    dataset: str
+    ids: tuple[tuple[int, ...], ...]  # left padded
+    mask: tuple[tuple[int, ...], ...]
+    sample: str  # row 0 decoded by the client's tokenizer: the run compares before looking for text
+    texts: tuple[str, ...]  # each row's prompt text (a chat rendered through its template)
+    segments: Optional[tuple[dict, ...]]  # per row: chat turn name -> (start, end) character span
+    decode: Optional[int]
+    taps: tuple[Tap, ...]
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+    @property
+    def tokens(self) -> int:
+        return len(self.ids[0]) if self.ids else 0
+
+    @property
+    def reads(self) -> tuple[ReadOp, ...]:
+        return tuple(r for t in self.taps for r in t.reads)
+
+    @property
+    def writes(self) -> tuple[WriteOp, ...]:
+        return tuple(w for t in self.taps for w in t.writes)
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    kind: str
+    of: str  # the read it scores
+    model: str
+    input: str
+    token_ids: tuple[tuple[Optional[int], ...], ...]  # per column (vocab.COLUMNS order), per row
+    column_eligible: tuple[bool, ...]  # the client's half: every column had a value
+    unit: str
+    estimand_version: str
+
+
+@dataclass(frozen=True)
+class OutputSpec:
+    name: str
+    read: str
+    reduce: Optional[str]
+    k: Optional[int]
+
+    def spelling(self) -> str:
+        if self.reduce is None:
+            return f"{self.name}={self.read}"
+        return f"{self.name}={self.reduce}({self.read}" + (f", k={self.k})" if self.k else ")")
+
+
+@dataclass(frozen=True)
+class SaveSpec:
+    value: str
+    file_path: str
+
+
+@dataclass(frozen=True)
+class Observe:
+    name: str
+    intervention: str
+    forwards: tuple[Forward, ...]
+    metrics: tuple[Metric, ...]
+    outputs: tuple[OutputSpec, ...]
+    saves: tuple[SaveSpec, ...]
+    example_ids: tuple[str, ...]
+    produced_by: str
+    results: dict = field(default_factory=dict, compare=False)
+
+    kind = "observe"
+
+    @property
+    def rows(self) -> int:
+        return len(self.example_ids)
+
+
+@dataclass(frozen=True)
+class FeaturizerSpec:
+    name: str
+    kind: str
+    address: Address
+    d: int
+    k: Optional[int]
+    seed: int
+    file_path: Optional[str]  # resolved against the document's directory
+    trained: bool  # a fit in this document trains it
+    start: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class Featurizers:
+    name: str
+    specs: tuple[FeaturizerSpec, ...]
+    results: dict = field(default_factory=dict, compare=False)
+
+    kind = "featurizers"
+
+
+@dataclass(frozen=True)
+class Fit:
+    name: str
+    epochs: tuple[tuple[Observe, ...], ...]  # the updates, already batched in the seed's order
+    evaluation: Optional[Observe]
+    lr: float
+    objective: tuple[tuple[float, str], ...]
+    params: tuple[str, ...]
+    early_stop: Optional[tuple[str, str, int]]  # (metric, mode, patience)
+    anneal: tuple[tuple[str, float, float], ...]
+    seed: int
+    saves: tuple[SaveSpec, ...]
+    results: dict = field(default_factory=dict, compare=False)
+
+    kind = "fit"
+
+
+@dataclass(frozen=True)
+class Weights:
+    name: str
+    names: tuple[str, ...]
+    saves: tuple[SaveSpec, ...]
+    header: tuple[tuple[str, Any], ...]  # what every bundle's header records (model key, revision, …)
+    results: dict = field(default_factory=dict, compare=False)
+
+    kind = "weights"
+
+
+Step = Union["Plan", Observe, Fit, Featurizers, Weights]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A dict of named steps; itself a step, so a sweep point is a nested Plan."""
+
+    name: str
+    steps: dict  # name -> Step, in run order
+    document: dict  # the point's document as written (root: the whole document, sweep and all)
+    produced_by: Optional[str]  # None on a swept root: each point has its own digest
+    coords: tuple = ()  # ((axis, value), ...) for a sweep point
+    results: dict = field(default_factory=dict, compare=False)
+    provenance: dict = field(default_factory=dict, compare=False)
+
+    kind = "plan"
+
+    def walk(self, prefix: str = "") -> Iterator[tuple[str, Any]]:
+        """Every step below this plan with its path ("pos=-1/score"), depth first, in run order."""
+        for name, step in self.steps.items():
+            path = f"{prefix}{name}"
+            yield path, step
+            if isinstance(step, Plan):
+                yield from step.walk(path + "/")
+            elif isinstance(step, Fit):
+                for e, epoch in enumerate(step.epochs):
+                    for u, update in enumerate(epoch):
+                        yield f"{path}/epochs[{e}][{u}]", update
+                if step.evaluation is not None:
+                    yield f"{path}/evaluation", step.evaluation
+
+    @property
+    def points(self) -> list["Plan"]:
+        """The sweep points (nested plans), or [self] for an unswept plan."""
+        nested = [s for s in self.steps.values() if isinstance(s, Plan)]
+        return nested or [self]
+
+    def step(self, name: str, kind: type = object):
+        found = self.steps.get(name)
+        if found is None or not isinstance(found, kind):
+            raise PlanError(name, f"no {getattr(kind, '__name__', 'step')} named {name!r} here",
+                            f"steps: {list(self.steps)}")
+        return found
+
+    def result(self, name: str):
+        """The one result called ``name`` in this plan; ambiguous across sweep points is an error."""
+        hits = [(p, s.results[name]) for p, s in self.walk()
+                if not isinstance(s, Plan) and name in s.results and "/epochs[" not in p]
+        if len(hits) == 1:
+            return hits[0][1]
+        names = sorted({k for p, s in self.walk() if not isinstance(s, Plan) for k in s.results
+                        if k not in ("positions", "eligible")})
+        if not hits:
+            raise PlanError(f"result {name!r}", "not in this plan", f"results here: {names}")
+        raise PlanError(f"result {name!r}", f"{len(hits)} in this plan",
+                        f"results here: {names}; name the point: plan.steps[{hits[0][0].split('/')[0]!r}]")

@@ -1,0 +1,274 @@
+"""The rules that relate one field of a Spec to another.
+
+Everything here is decidable from the document alone — no model, no data — so
+``validate`` and pytest collection catch it. Checks that need the model (layer
+bounds, widths) or the data (columns, rows) are the compiler's (``build.py``).
+
+Each rule raises ``DocumentError(path, problem, fix)`` at the field it is about.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..errors import DocumentError
+from ..vocab import COMPONENTS, METRICS, VOCAB_WIDE
+
+if TYPE_CHECKING:
+    from .spec import Intervention, Spec
+
+ORIGINAL = "original"  # the un-written model; every intervention has it implicitly
+
+
+def _known(path: str, what: str, name: str, names, hint: str = "") -> None:
+    if name not in names:
+        listed = ", ".join(sorted(names)) or "none"
+        raise DocumentError(path, f"{what} {name!r} is not declared", hint or f"declared: {listed}")
+
+
+def check_spec(spec: "Spec") -> None:
+    for name, feat in spec.featurizers.items():
+        _known(f"featurizers.{name}.site", "site", feat.site, spec.sites)
+        if feat.file_path and feat.file_path.startswith(("/", "~")):
+            raise DocumentError(f"featurizers.{name}.file_path", "an absolute path",
+                                "write a path relative to the document")
+    for name, iv in spec.interventions.items():
+        _check_intervention(spec, f"interventions.{name}", iv)
+    _check_steps(spec)
+
+
+def _check_featurizer_use(spec: "Spec", path: str, featurizer, site: str) -> None:
+    if featurizer is None:
+        return
+    _known(f"{path}.featurizer", "featurizer", featurizer, spec.featurizers)
+    home = spec.featurizers[featurizer].site
+    if home != site:
+        raise DocumentError(
+            f"{path}.featurizer",
+            f"featurizer {featurizer!r} belongs to site {home!r} and is used here at site {site!r}; "
+            "one featurizer name is one parameter set, used at exactly one site",
+            "declare a second featurizer for the second site")
+
+
+def _check_intervention(spec: "Spec", path: str, iv: "Intervention") -> None:
+    if ORIGINAL in iv.models:
+        raise DocumentError(f"{path}.models.{ORIGINAL}", "'original' is the un-written model and "
+                            "cannot be redefined", "name the written model something else")
+    for name, model in iv.models.items():
+        _known(f"{path}.models.{name}.input", "role", model.input, spec.roles)
+        for i, w in enumerate(model.writes):
+            _known(f"{path}.models.{name}.writes.{i}", "write", w, iv.writes)
+        if len(set(model.writes)) != len(model.writes):
+            raise DocumentError(f"{path}.models.{name}.writes", "lists a write twice",
+                                "list each write once; writes apply in list order")
+
+    for name, read in iv.reads.items():
+        rp = f"{path}.reads.{name}"
+        _known(f"{rp}.site", "site", read.site, spec.sites)
+        _known(f"{rp}.input", "role", read.input, spec.roles)
+        if read.model != ORIGINAL:
+            _known(f"{rp}.model", "model", read.model, iv.models,
+                   f"declared: {', '.join([ORIGINAL, *iv.models])}")
+            if iv.models[read.model].input != read.input:
+                raise DocumentError(
+                    f"{rp}.input",
+                    f"model {read.model!r} runs on {iv.models[read.model].input!r}, not {read.input!r}",
+                    f"read it on \"input\": \"{iv.models[read.model].input}\"")
+        _check_featurizer_use(spec, rp, read.featurizer, read.site)
+        component = COMPONENTS[spec.sites[read.site].component]
+        if read.view == "logits":
+            if not component.residual:
+                raise DocumentError(f"{rp}.view", f"view \"logits\" projects a residual-stream value "
+                                    f"through ln_final and lm_head; {component.name} is not one",
+                                    "read block_output, block_input, attention_output, mlp_output, "
+                                    "mlp_input or embeddings")
+            if read.featurizer is not None:
+                raise DocumentError(f"{rp}.view", "a logits view is of the activation itself, "
+                                    "not of a featurizer's space", "drop the featurizer or the view")
+        _check_frame(path, rp, iv, read.pos, write=False, name=name)
+
+    for name, write in iv.writes.items():
+        wp = f"{path}.writes.{name}"
+        _known(f"{wp}.site", "site", write.site, spec.sites)
+        _check_featurizer_use(spec, wp, write.featurizer, write.site)
+        if COMPONENTS[spec.sites[write.site].component].name == "logits":
+            raise DocumentError(f"{wp}.site", "logits is the model's returned value; nothing runs "
+                                "after it, so a write there changes nothing", "write at lm_head")
+        _check_frame(path, wp, iv, write.pos, write=True, name=name)
+        op = write.operand
+        if isinstance(op, str):
+            if op not in iv.reads:
+                raise DocumentError(
+                    f"{wp}.operand", f"{op!r} is not a read of this intervention",
+                    "a value from an earlier step is {\"ref\": name}; a read names one of: "
+                    + (", ".join(iv.reads) or "none"))
+            source = iv.reads[op]
+            if source.view == "logits":
+                raise DocumentError(f"{wp}.operand", f"read {op!r} is a logits view; an operand "
+                                    "is an activation", "read the site without a view")
+            if source.featurizer != write.featurizer:
+                raise DocumentError(
+                    f"{wp}.operand",
+                    f"read {op!r} is in the space of {source.featurizer or 'identity'!r} and this "
+                    f"write acts in {write.featurizer or 'identity'!r}",
+                    "give the read and the write the same featurizer")
+            if source.pos.width is not None and write.pos.width is not None \
+                    and source.pos.width != write.pos.width:
+                raise DocumentError(
+                    f"{wp}.operand", f"read {op!r} is {source.pos.width} position(s) wide and this "
+                    f"write is {write.pos.width}", "make the read's window as wide as the write's")
+
+    for name, metric in iv.metrics.items():
+        mp = f"{path}.metrics.{name}"
+        _known(f"{mp}.of", "read", metric.of, iv.reads)
+        read = iv.reads[metric.of]
+        if read.pos.width != 1:
+            raise DocumentError(
+                f"{mp}.of", f"a metric scores one position per row, and read {metric.of!r} at "
+                f"{read.pos.spelling()} is {'a varying number of' if read.pos.width is None else read.pos.width} "
+                "positions wide", "read one position: {\"index\": -1}, optionally with a scope")
+        component = spec.sites[read.site].component
+        if component not in VOCAB_WIDE and read.view != "logits":
+            raise DocumentError(f"{mp}.of", f"read {metric.of!r} is at {component}, not at logits",
+                                "read lm_head or logits, or add \"view\": \"logits\" to the read")
+        if read.featurizer is not None:
+            raise DocumentError(f"{mp}.of", f"read {metric.of!r} goes through featurizer "
+                                f"{read.featurizer!r}; a metric scores logits", "drop the featurizer")
+    if set(iv.metrics) & set(iv.reads):
+        clash = sorted(set(iv.metrics) & set(iv.reads))[0]
+        raise DocumentError(f"{path}.metrics.{clash}", f"{clash!r} names both a read and a metric",
+                            "rename one; a save names one or the other")
+
+
+def _check_frame(ipath: str, path: str, iv, where, *, write: bool, name: str) -> None:
+    if where.frame != "generated":
+        return
+    if iv.decode is None:
+        raise DocumentError(f"{path}.pos", "the generated frame needs a decode",
+                            f"add \"decode\": N to {ipath}")
+    if write and not where.is_step:
+        raise DocumentError(
+            ipath,
+            f"write {name!r}: a write in the continuation frame is at a step the decode has reached "
+            f"— {{'index': k}} with k >= 0, or {{'all': true}}. {where.spelling()} names a cut of "
+            "the finished continuation, which is something to read and not something to write into")
+    if where.index is not None and where.scope is None and where.index >= iv.decode:
+        raise DocumentError(f"{path}.pos", f"decode step {where.index} is past the decode of "
+                            f"{iv.decode} steps", f"use an index below {iv.decode}")
+
+
+def _check_rows(spec: "Spec", path: str, rows: dict, iv, iv_name: str) -> None:
+    for role, ref in rows.items():
+        _known(f"{path}.{role}", "role", role, spec.roles)
+        if ref.count("/") != 1 or not all(ref.split("/")):
+            raise DocumentError(f"{path}.{role}", f"{ref!r} is not a dataset reference",
+                                "write \"name/split\", e.g. \"weekdays/train\"")
+    needed = {r.input for r in iv.reads.values()} | {m.input for m in iv.models.values()}
+    for role in sorted(needed - set(rows)):
+        raise DocumentError(path, f"intervention {iv_name!r} runs on role {role!r} and no rows "
+                            "are given for it", f"add \"{role}\": \"<dataset>/<split>\"")
+
+
+def _check_steps(spec: "Spec") -> None:
+    published: dict[str, str] = {}  # output name -> step that published it
+    read_names = {r for iv in spec.interventions.values() for r in iv.reads}
+    for sname, step in spec.steps.items():
+        sp = f"steps.{sname}"
+        if step.kind == "weights":
+            for i, n in enumerate(step.names):
+                _known(f"{sp}.names.{i}", "featurizer", n, spec.featurizers)
+            for i, save in enumerate(step.saves):
+                _known(f"{sp}.saves.{i}.value", "weights name", save.value, step.names)
+                if not save.file_path.endswith(".safetensors"):
+                    raise DocumentError(f"{sp}.saves.{i}.file_path", "fitted parameters save as "
+                                        "safetensors", "end the file name in .safetensors")
+            continue
+        _known(f"{sp}.interventions", "intervention", step.interventions, spec.interventions)
+        iv = spec.interventions[step.interventions]
+        _check_rows(spec, f"{sp}.rows", step.rows, iv, step.interventions)
+        for wname, write in iv.writes.items():
+            from .spec import Ref
+            if isinstance(write.operand, Ref) and write.operand.ref not in published:
+                raise DocumentError(
+                    f"interventions.{step.interventions}.writes.{wname}.operand",
+                    f"{{\"ref\": {write.operand.ref!r}}} is not published by a step before {sname!r}",
+                    "publish it from an earlier observe step's outputs"
+                    + (f" (published so far: {', '.join(published)})" if published else ""))
+        if step.kind == "fit":
+            _check_fit(spec, sp, step, iv)
+        else:
+            for oname, out in step.outputs.items():
+                op = f"{sp}.outputs.{oname}"
+                _known(f"{op}.read", "read", out.read, iv.reads)
+                if oname in published:
+                    raise DocumentError(op, f"{oname!r} is already published by step "
+                                        f"{published[oname]!r}", "give each output its own name")
+                if oname in read_names:
+                    raise DocumentError(op, f"{oname!r} is also a read's name; an operand names "
+                                        "one or the other", "rename the output")
+                published[oname] = sname
+        _check_saves(sp, step, iv)
+
+
+def _check_saves(sp: str, step, iv) -> None:
+    outputs = getattr(step, "outputs", {})
+    generated = {f"{m}.generated" for m in [ORIGINAL, *iv.models]} if iv.decode else set()
+    for i, save in enumerate(step.saves):
+        path = f"{sp}.saves.{i}"
+        if save.value in iv.metrics:
+            if not save.file_path.endswith(".json"):
+                raise DocumentError(f"{path}.file_path", f"metric {save.value!r} saves as a JSON "
+                                    "table", "end the file name in .json")
+            read = iv.reads[iv.metrics[save.value].of]
+            for key in ("model", "input"):
+                given = getattr(save, key)
+                if given is not None and given != getattr(read, key):
+                    raise DocumentError(f"{path}.{key}", f"metric {save.value!r} is scored on "
+                                        f"{key} {getattr(read, key)!r}, not {given!r}",
+                                        f"write {getattr(read, key)!r} or omit it")
+        elif save.value in outputs or save.value in generated:
+            if not save.file_path.endswith(".safetensors"):
+                raise DocumentError(f"{path}.file_path", f"{save.value!r} is a tensor",
+                                    "end the file name in .safetensors")
+        else:
+            choices = sorted([*iv.metrics, *outputs, *generated])
+            raise DocumentError(f"{path}.value", f"{save.value!r} is not a metric or output of "
+                                "this step", f"save one of: {', '.join(choices) or 'nothing'}")
+        if [s.file_path for s in step.saves].count(save.file_path) > 1:
+            raise DocumentError(f"{path}.file_path", f"{save.file_path!r} is written twice",
+                                "give each save its own file")
+
+
+def _check_fit(spec: "Spec", sp: str, step, iv) -> None:
+    if step.held_out is not None:
+        _check_rows(spec, f"{sp}.held_out", step.held_out, iv, step.interventions)
+    for i, name in enumerate(step.params):
+        _known(f"{sp}.params.{i}", "featurizer", name, spec.featurizers)
+        if spec.featurizers[name].kind == "pca":
+            raise DocumentError(f"{sp}.params.{i}", f"{name!r} is a pca: its basis is loaded, "
+                                "never trained", "fit a subspace instead")
+    if not step.objective:
+        raise DocumentError(f"{sp}.objective", "a fit needs an objective",
+                            "write [[1.0, \"<metric>\"]]")
+    for i, (_, term) in enumerate(step.objective):
+        tp = f"{sp}.objective.{i}.1"
+        if term.endswith(".mask"):
+            gate = term[: -len(".mask")]
+            if gate not in step.params or spec.featurizers[gate].kind != "gate":
+                raise DocumentError(tp, f"{term!r} is the mask of a gate this fit trains, and "
+                                    f"{gate!r} is not one", "add the gate to params, or drop the term")
+            continue
+        _known(tp, "metric", term, iv.metrics)
+        kind = iv.metrics[term].kind
+        if not METRICS[kind].differentiable:
+            raise DocumentError(tp, f"metric {term!r} is a {kind}, which has no gradient",
+                                "use cross_entropy or logit_diff in the objective; keep "
+                                f"{kind} for early_stop")
+    if step.early_stop is not None:
+        _known(f"{sp}.early_stop.metric", "metric", step.early_stop.metric, iv.metrics)
+        if step.held_out is None:
+            raise DocumentError(f"{sp}.early_stop", "early stopping watches the held-out pass",
+                                "add held_out rows")
+    for gate in step.anneal:
+        if gate not in step.params or spec.featurizers[gate].kind != "gate":
+            raise DocumentError(f"{sp}.anneal.{gate}", f"{gate!r} is not a gate this fit trains",
+                                "anneal only a gate listed in params")

@@ -1,0 +1,408 @@
+"""The plan-shaped document: one point of an experiment, as pydantic models.
+
+Field shapes live here; the rules that relate one field to another (a read's
+site is declared, a metric's read is one position wide, an output is published
+before it is referenced, …) live in ``rules.py`` and run from ``Spec``'s
+validator, so every way of building a Spec goes through them.
+
+Every refusal is a ``DocumentError`` naming the document path of the field.
+``validate_spec`` is the entry point: it turns pydantic's errors into that form.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
+                      ValidationError, WithJsonSchema, field_validator, model_validator)
+
+from ..errors import CausalabError, DocumentError
+from ..shapes import Where
+from ..vocab import (COMPONENTS, DTYPES, FEATURIZER_KINDS, MECHANISMS, METRICS, REDUCTIONS,
+                     check_params)
+
+
+def _parse_where(value: Any) -> Where:
+    if isinstance(value, Where):
+        return value
+    return Where.from_json(value)  # ValueError → pydantic error at this field's path
+
+
+_POSITION_SCHEMA = {
+    "description": 'A position: a bare integer (`-1` is the last prompt token) or an object with '
+                   'exactly one cut (index, span, last, all), an optional scope and an optional frame.',
+    "anyOf": [
+        {"type": "integer"},
+        {"type": "object", "additionalProperties": False,
+         "properties": {
+             "frame": {"enum": ["prompt", "generated"]},
+             "index": {"type": "integer"},
+             "span": {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2},
+             "last": {"type": "integer", "minimum": 1},
+             "all": {"const": True},
+             "scope": {"type": "object", "additionalProperties": False,
+                       "properties": {"variable": {"type": "string"}, "segment": {"type": "string"}}},
+         }},
+    ],
+}
+Position = Annotated[
+    Where,
+    BeforeValidator(_parse_where),
+    PlainSerializer(lambda w: w.to_json(), return_type=Any),
+    WithJsonSchema(_POSITION_SCHEMA),
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+
+
+class Header(_Strict):
+    """Everything outside the experiment: text for people and the expectations a test run checks.
+
+    The header is excluded from ``produced_by``, so rewording a description or
+    tightening an expectation does not change the experiment's digest.
+    """
+    description: str = ""
+    protocol_version: Optional[str] = None
+    expect: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class ModelRef(_Strict):
+    key: str = Field(description="A directory relative to the document, a name under the model "
+                                 "search path, or a hub id.")
+    revision: Optional[str] = Field(None, description="Hub commit, or `sha256:<hex>` of a local "
+                                                      "model's weights (checked at load).")
+    dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+
+    @field_validator("key")
+    @classmethod
+    def _portable(cls, key: str) -> str:
+        if not key:
+            raise ValueError("model key is empty")
+        if key.startswith(("/", "\\", "~")) or (len(key) > 1 and key[1] == ":"):
+            raise ValueError(
+                f"{key!r} is an absolute path; a document names its model portably — a path "
+                "relative to the document, a name under the model search path (--models, "
+                "CAUSALAB_MODELS), or a hub id")
+        return key
+
+    @property
+    def torch_dtype(self) -> str:
+        return DTYPES[self.dtype]
+
+
+class Role(_Strict):
+    field: str = Field(description="Path into a data row: `input`, `counterfactual_inputs[0]`.")
+
+
+class Site(_Strict):
+    component: Literal[tuple(COMPONENTS)]  # type: ignore[valid-type]
+    layers: Optional[list[int]] = None
+    heads: Optional[list[int]] = None
+    units: Optional[list[int]] = None
+
+    @model_validator(mode="after")
+    def _selectors(self) -> "Site":
+        comp = COMPONENTS[self.component]
+        if comp.layered and not self.layers:
+            raise ValueError(f"{self.component} is inside a layer: write \"layers\": [l]")
+        if not comp.layered and self.layers is not None:
+            raise ValueError(f"{self.component} has no layer: remove \"layers\"")
+        if self.layers is not None and len(self.layers) != 1:
+            raise ValueError(f"a site is at one layer, and this names {len(self.layers)}; sweep the "
+                             "layer instead: \"layers\": {\"sweep\": [[0], [1]]}")
+        for sel in ("heads", "units"):
+            value = getattr(self, sel)
+            if value is None:
+                continue
+            if comp.selector != sel:
+                allowed = f'"{comp.selector}"' if comp.selector else "no selector"
+                raise ValueError(f"{self.component} takes {allowed}, not \"{sel}\"")
+            if not value:
+                raise ValueError(f"{sel} is empty; omit it to take the whole site")
+            if len(set(value)) != len(value):
+                raise ValueError(f"{sel} {value} repeats an index")
+        for sel in ("layers", "heads", "units"):
+            if any(i < 0 for i in (getattr(self, sel) or ())):
+                raise ValueError(f"{sel} are counted from 0; negative indices are not allowed")
+        return self
+
+    @property
+    def layer(self) -> Optional[int]:
+        return self.layers[0] if self.layers else None
+
+
+class Featurizer(_Strict):
+    kind: Literal[tuple(FEATURIZER_KINDS)]  # type: ignore[valid-type]
+    site: str
+    k: Optional[int] = Field(None, ge=1)
+    seed: int = 0
+    file_path: Optional[str] = None
+    start: Optional[float] = Field(None, description="gate: the initial θ of every unit (default 0).")
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> "Featurizer":
+        if self.kind == "subspace" and self.k is None and self.file_path is None:
+            raise ValueError("a subspace needs k (its rank), or a file_path to load a fitted one")
+        if self.kind in ("pca", "sae", "linear") and self.file_path is None:
+            raise ValueError(f"a {self.kind} featurizer is always loaded: write \"file_path\"")
+        if self.kind == "gate" and self.k is not None:
+            raise ValueError("a gate's features are the site's units; it takes no k")
+        if self.kind != "gate" and self.start is not None:
+            raise ValueError("start is a gate's initial value; only a gate takes it")
+        return self
+
+
+class Ref(_Strict):
+    ref: str = Field(description="The name an earlier step published in its outputs.")
+
+
+Operand = Union[Ref, float, str]
+
+
+class Read(_Strict):
+    site: str
+    pos: Position
+    model: str = "original"
+    input: str
+    view: Optional[Literal["logits"]] = None
+    featurizer: Optional[str] = None
+
+
+class Write(_Strict):
+    site: str
+    pos: Position
+    mechanism: Literal[tuple(MECHANISMS)]  # type: ignore[valid-type]
+    operand: Optional[Operand] = None
+    params: dict[str, Union[float, int]] = Field(default_factory=dict)
+    featurizer: Optional[str] = None
+    features: Optional[list[int]] = None
+
+    @field_validator("operand", mode="before")
+    @classmethod
+    def _operand(cls, value: Any) -> Any:
+        if isinstance(value, bool):
+            raise ValueError("an operand is a read name, {\"ref\": name} or a number, not a boolean")
+        if isinstance(value, int):
+            return float(value)
+        return value
+
+    @model_validator(mode="after")
+    def _mechanism(self) -> "Write":
+        mech = MECHANISMS[self.mechanism]
+        if mech.operand and self.operand is None:
+            raise ValueError(f"{self.mechanism} needs an operand: a read of this intervention, "
+                             "{\"ref\": output} or a number")
+        if not mech.operand and self.operand is not None:
+            raise ValueError(f"{self.mechanism} takes no operand; remove \"operand\"")
+        # Parameters are checked by name and stored with their defaults filled, so a
+        # default written out and a default omitted are the same experiment.
+        object.__setattr__(self, "params", check_params(self.mechanism, dict(self.params)))
+        if self.features is not None:
+            if not self.features or any(f < 0 for f in self.features):
+                raise ValueError("features are non-negative indices into the featurizer's space")
+            if len(set(self.features)) != len(self.features):
+                raise ValueError(f"features {self.features} repeat an index; they must be distinct")
+        return self
+
+
+class ModelDef(_Strict):
+    input: str
+    writes: list[str] = Field(default_factory=list)
+
+
+class MetricDef(_Strict):
+    kind: Literal[tuple(METRICS)]  # type: ignore[valid-type]
+    of: str
+    expected: Optional[str] = None
+    a: Optional[str] = None
+    b: Optional[str] = None
+    target: Optional[str] = None
+    token: Optional[str] = None
+    token_form: Literal["space_prefixed"] = "space_prefixed"
+
+    @model_validator(mode="after")
+    def _columns(self) -> "MetricDef":
+        wanted = METRICS[self.kind].columns
+        missing = [c for c in wanted if getattr(self, c) is None]
+        extra = [c for c in ("expected", "a", "b", "target", "token")
+                 if c not in wanted and getattr(self, c) is not None]
+        if missing or extra:
+            spelled = ", ".join(f'"{c}": <column>' for c in wanted)
+            raise ValueError(f"{self.kind} names the column(s) {list(wanted)}"
+                             + (f"; missing {missing}" if missing else "")
+                             + (f"; {extra} belong to other kinds" if extra else "")
+                             + f" — write {{{spelled}}}")
+        return self
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The data columns, in the order the scorer takes them (vocab.COLUMNS)."""
+        return tuple(getattr(self, c) for c in METRICS[self.kind].columns)
+
+
+class Intervention(_Strict):
+    reads: dict[str, Read] = Field(default_factory=dict)
+    writes: dict[str, Write] = Field(default_factory=dict)
+    models: dict[str, ModelDef] = Field(default_factory=dict)
+    metrics: dict[str, MetricDef] = Field(default_factory=dict)
+    decode: Optional[int] = Field(None, ge=1, description="Greedy decode steps after the prefill.")
+
+
+class Output(_Strict):
+    read: str
+    reduce: Optional[Literal[tuple(REDUCTIONS)]] = None  # type: ignore[valid-type]
+    k: Optional[int] = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _k(self) -> "Output":
+        if (self.reduce == "pca") != (self.k is not None):
+            raise ValueError("k is for reduce: \"pca\", and pca needs it; write both or neither")
+        return self
+
+
+def _output(value: Any) -> Any:
+    # A bare read name is shorthand for publishing the read whole.
+    return {"read": value} if isinstance(value, str) else value
+
+
+class Save(_Strict):
+    value: str
+    file_path: str
+    model: Optional[str] = None
+    input: Optional[str] = None
+
+    @field_validator("file_path")
+    @classmethod
+    def _relative(cls, path: str) -> str:
+        parts = path.replace("\\", "/").split("/")
+        if path.startswith(("/", "~")) or ".." in parts or not path:
+            raise ValueError(f"{path!r} must be a relative path inside the run's directory")
+        if not path.endswith((".json", ".safetensors")):
+            raise ValueError(f"{path!r}: a metric saves as .json, a tensor as .safetensors")
+        return path
+
+
+class ObserveStep(_Strict):
+    kind: Literal["observe"]
+    interventions: str
+    rows: dict[str, str]
+    outputs: dict[str, Annotated[Output, BeforeValidator(_output)]] = Field(default_factory=dict)
+    saves: list[Save] = Field(default_factory=list)
+
+
+class EarlyStop(_Strict):
+    metric: str
+    mode: Literal["max", "min"] = "max"
+    patience: int = Field(3, ge=1)
+
+
+class Anneal(_Strict):
+    start: float = Field(gt=0)
+    end: float = Field(gt=0)
+
+
+class FitStep(_Strict):
+    kind: Literal["fit"]
+    interventions: str
+    rows: dict[str, str]
+    held_out: Optional[dict[str, str]] = None
+    params: list[str]
+    objective: list[tuple[float, str]]
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(32, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    seed: int = 0
+    early_stop: Optional[EarlyStop] = None
+    anneal: dict[str, Anneal] = Field(default_factory=dict)
+    saves: list[Save] = Field(default_factory=list)
+
+
+class WeightsStep(_Strict):
+    kind: Literal["weights"]
+    names: list[str]
+    saves: list[Save] = Field(default_factory=list)
+
+
+Step = Annotated[Union[ObserveStep, FitStep, WeightsStep], Field(discriminator="kind")]
+
+
+class Spec(_Strict):
+    """One point of an experiment in the plan shape. Build it with ``validate_spec``."""
+
+    header: Header = Field(default_factory=Header)
+    model: ModelRef
+    roles: dict[str, Role]
+    sites: dict[str, Site]
+    featurizers: dict[str, Featurizer] = Field(default_factory=dict)
+    interventions: dict[str, Intervention]
+    steps: dict[str, Step]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lowered(cls, raw: Any) -> Any:
+        if isinstance(raw, dict):
+            from .sweep import refuse_unlowered
+            refuse_unlowered(raw, "Spec")
+        return raw
+
+    @model_validator(mode="after")
+    def _rules(self) -> "Spec":
+        from .rules import check_spec
+        check_spec(self)
+        return self
+
+    def canonical(self) -> dict:
+        """The experiment without its header, every default written out: what ``produced_by`` digests."""
+        return self.model_dump(mode="json", exclude={"header"})
+
+    @property
+    def produced_by(self) -> str:
+        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_FIXES = {
+    "extra_forbidden": "remove it, or check its spelling against `causalab-mini schema`",
+    "missing": "add it",
+    "literal_error": "use one of the values listed",
+    "union_tag_invalid": 'a step\'s "kind" is "observe", "fit" or "weights"',
+}
+
+
+def document_error(err: ValidationError, prefix: str = "") -> DocumentError:
+    """pydantic's ValidationError as one DocumentError at the first error's document path."""
+    lines = []
+    first_path = None
+    for e in err.errors():
+        loc = [str(p) for p in e["loc"] if not (isinstance(p, str) and p in _TAG_NOISE)]
+        path = ".".join(filter(None, [prefix, *loc]))
+        msg = e["msg"].removeprefix("Value error, ")
+        fix = _FIXES.get(e["type"], "")
+        if e["type"] == "extra_forbidden":
+            msg = f"unknown key {loc[-1]!r}" if loc else "unknown key"
+        lines.append((path, msg, fix))
+        first_path = first_path or path
+    path, msg, fix = lines[0]
+    if len(lines) > 1:
+        msg += "".join(f"\n  also {p}: {m}" + (f"; {f}" if f else "") for p, m, f in lines[1:])
+    return DocumentError(path, msg, fix)
+
+
+# pydantic names the union member it tried inside a location; a document path does not.
+_TAG_NOISE = {"observe", "fit", "weights", "ObserveStep", "FitStep", "WeightsStep",
+              "Ref", "float", "str", "function-before[_output(), Output]", "int"}
+
+
+def validate_spec(raw: Any, *, prefix: str = "") -> Spec:
+    """Validate a lowered plan-shaped point; every refusal is a ``CausalabError``."""
+    if not isinstance(raw, dict):
+        raise DocumentError(prefix, "a document is a JSON object", "start the file with {")
+    try:
+        return Spec.model_validate(raw)
+    except ValidationError as err:
+        raise document_error(err, prefix) from None
+    except CausalabError:
+        raise

@@ -1,0 +1,528 @@
+"""Build the datasets, tokenizers and tiny trained models this project ships.
+
+    .venv/bin/python scripts/build_fixtures.py
+
+No machine here reaches the Hugging Face hub, so the fixtures the tests and the
+documents run against are made here, from nothing: JSONL datasets under
+``documents/data/<name>/<split>.jsonl`` and three checkpoints under
+``documents/models/<name>/`` (tiny-llama, tiny-gpt2, tiny-gemma2), each a
+tokenizer trained with the ``tokenizers`` library plus a model initialised from a
+fixed seed and trained briefly on the weekday corpus so that patching it means
+something. Everything is seeded and single-threaded: rerunning the script
+rewrites the same bytes.
+"""
+from __future__ import annotations
+
+import os
+
+# The tokenizers trainer and torch both parallelise; one thread each is what
+# makes a rerun byte-identical. Set before either library is imported.
+os.environ["RAYON_NUM_THREADS"] = "1"
+os.environ["TOKENIZERS_PARALLELISM"] = "false"
+
+import json
+import random
+import string
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    Gemma2Config,
+    GPT2Config,
+    LlamaConfig,
+    PreTrainedTokenizerFast,
+)
+from transformers.utils import logging as hf_logging
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "documents" / "data"
+MODELS = ROOT / "documents" / "models"
+
+DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
+NUMBERS = ["one", "two", "three", "four", "five", "six", "seven"]
+
+WEEKDAY_PROMPT = "If today is {day}, tomorrow is"
+ARITHMETIC_PROMPT = "Q: What day is {number} days after {day}?\nA:"
+CHAT_OPENER = "Name a weekday."
+
+# (base entity, counterfactual entity): the order is part of the data contract.
+TRAIN_PAIRS = [("Thursday", "Saturday"), ("Friday", "Sunday"), ("Saturday", "Thursday"), ("Sunday", "Friday")]
+TEST_PAIRS = [("Monday", "Wednesday"), ("Tuesday", "Friday"), ("Wednesday", "Monday")]
+# (number, day, cf number, cf day). The first four are positions.md's prompts,
+# each paired with a counterfactual that changes only the number.
+ARITHMETIC_ROWS = [
+    ("one", "Monday", "three", "Monday"),
+    ("three", "Monday", "one", "Monday"),
+    ("two", "Tuesday", "five", "Tuesday"),
+    ("five", "Tuesday", "two", "Tuesday"),
+    ("one", "Wednesday", "two", "Friday"),
+    ("four", "Thursday", "one", "Saturday"),
+    ("two", "Sunday", "three", "Wednesday"),
+    ("six", "Friday", "four", "Monday"),
+    ("three", "Saturday", "five", "Sunday"),
+    ("one", "Friday", "two", "Monday"),
+]
+FULL_SEED, FULL_TRAIN = 0, 30
+SAID_TOKENS = 6  # generation.md: `said` is looked for in the first six generated tokens
+
+# The Llama-2 chat template, as the hub's Llama checkpoints carry it.
+LLAMA_CHAT_TEMPLATE = (
+    "{% if messages[0]['role'] == 'system' %}"
+    "{% set loop_messages = messages[1:] %}{% set system_message = messages[0]['content'] %}"
+    "{% else %}{% set loop_messages = messages %}{% set system_message = false %}{% endif %}"
+    "{% for message in loop_messages %}"
+    "{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}"
+    "{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}"
+    "{% endif %}"
+    "{% if loop.index0 == 0 and system_message != false %}"
+    "{% set content = '<<SYS>>\\n' + system_message + '\\n<</SYS>>\\n\\n' + message['content'] %}"
+    "{% else %}{% set content = message['content'] %}{% endif %}"
+    "{% if message['role'] == 'user' %}{{ bos_token + '[INST] ' + content.strip() + ' [/INST]' }}"
+    "{% elif message['role'] == 'assistant' %}{{ ' ' + content.strip() + ' ' + eos_token }}"
+    "{% endif %}{% endfor %}"
+)
+
+
+def next_day(day: str, k: int = 1) -> str:
+    return DAYS[(DAYS.index(day) + k) % 7]
+
+
+# --------------------------------------------------------------------------- datasets
+
+
+def weekday_row(base: str, cf: str, split: str) -> dict:
+    return {
+        "input": WEEKDAY_PROMPT.format(day=base),
+        "counterfactual_inputs": [WEEKDAY_PROMPT.format(day=cf)],
+        "counterfactual_inputs_variables": [{"entity": cf}],
+        "entity": base,
+        "answer": " " + next_day(base),
+        "base_answer": " " + next_day(base),
+        "cf_answer": " " + next_day(cf),
+        "label": " " + next_day(cf),
+        "split": split,
+    }
+
+
+def chat_messages(day: str) -> list[dict]:
+    """The entity is in the chat twice on purpose: the assistant names it before
+    the user asks about it, so an unscoped anchor on it is ambiguous."""
+    return [
+        {"role": "user", "content": CHAT_OPENER},
+        {"role": "assistant", "content": f"{day}."},
+        {"role": "user", "content": WEEKDAY_PROMPT.format(day=day)},
+    ]
+
+
+def chat_row(base: str, cf: str) -> dict:
+    return {
+        "input": chat_messages(base),
+        "counterfactual_inputs": [chat_messages(cf)],
+        "counterfactual_inputs_variables": [{"entity": cf}],
+        "entity": base,
+        "base_answer": " " + next_day(base),
+        "cf_answer": " " + next_day(cf),
+        "split": "all",
+    }
+
+
+def arithmetic_row(number: str, day: str, cf_number: str, cf_day: str) -> dict:
+    answer = " " + next_day(day, NUMBERS.index(number) + 1)
+    return {
+        "input": ARITHMETIC_PROMPT.format(number=number, day=day),
+        "number": number,
+        "day": day,
+        "answer": answer,
+        "base_answer": answer,
+        "counterfactual_inputs": [ARITHMETIC_PROMPT.format(number=cf_number, day=cf_day)],
+        "counterfactual_inputs_variables": [{"number": cf_number, "day": cf_day}],
+        "cf_answer": " " + next_day(cf_day, NUMBERS.index(cf_number) + 1),
+        "split": "all",
+    }
+
+
+def weekdays_full() -> tuple[list[dict], list[dict]]:
+    """All 42 ordered pairs of distinct days, split by a seeded shuffle."""
+    pairs = [(b, c) for b in DAYS for c in DAYS if b != c]
+    random.Random(FULL_SEED).shuffle(pairs)
+    train = [weekday_row(b, c, "train") for b, c in pairs[:FULL_TRAIN]]
+    test = [weekday_row(b, c, "test") for b, c in pairs[FULL_TRAIN:]]
+    return train, test
+
+
+def static_datasets() -> dict[str, list[dict]]:
+    """Every dataset except weekdays/said, which is read off a trained model."""
+    full_train, full_test = weekdays_full()
+    return {
+        "weekdays/train": [weekday_row(b, c, "all") for b, c in TRAIN_PAIRS],
+        "weekdays/test": [weekday_row(b, c, "all") for b, c in TEST_PAIRS],
+        "weekdays/chat": [chat_row(b, c) for b, c in TRAIN_PAIRS],
+        "weekdays_full/train": full_train,
+        "weekdays_full/test": full_test,
+        "weekday_arithmetic/train": [arithmetic_row(*r) for r in ARITHMETIC_ROWS],
+    }
+
+
+def write_jsonl(ref: str, rows: list[dict]) -> Path:
+    path = DATA / f"{ref}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# --------------------------------------------------------------------------- corpus
+
+
+def plain_chat(messages: list[dict]) -> str:
+    """How a checkpoint without a chat template sees a conversation in training."""
+    return "\n".join(m["content"] for m in messages)
+
+
+def corpus_pieces() -> list[tuple[str, str]]:
+    """(prompt, answer) pairs the models are trained on; chat prompts are message lists.
+
+    Every weekday prompt for all seven days, its chat form (the assistant naming
+    each day first, not only the asked one, so the model cannot just copy the
+    assistant turn), and every number/day arithmetic prompt.
+    """
+    pieces: list = []
+    for day in DAYS:
+        pieces.append((WEEKDAY_PROMPT.format(day=day), " " + next_day(day)))
+    for named in DAYS:
+        for day in DAYS:
+            messages = chat_messages(day)
+            messages[1] = {"role": "assistant", "content": f"{named}."}
+            pieces.append((messages, " " + next_day(day)))
+    for k, number in enumerate(NUMBERS, start=1):
+        for day in DAYS:
+            pieces.append((ARITHMETIC_PROMPT.format(number=number, day=day), " " + next_day(day, k)))
+    return pieces
+
+
+def tokenizer_corpus(datasets: dict[str, list[dict]]) -> list[str]:
+    """Plain text for the tokenizer trainer: every string in the shipped data and
+    the training corpus, with chats flattened to their contents plus the
+    template's own words (the trainer should not see special tokens)."""
+    texts: list[str] = []
+
+    def add(value):
+        if isinstance(value, str):
+            texts.append(value)
+        elif isinstance(value, list):
+            for item in value:
+                add(item)
+        elif isinstance(value, dict):
+            for key in sorted(value):
+                add(value[key])
+
+    for ref in sorted(datasets):
+        add(datasets[ref])
+    for prompt, answer in corpus_pieces():
+        if isinstance(prompt, list):
+            texts.append(" ".join(f"[INST] {m['content']} [/INST]" for m in prompt) + answer)
+        else:
+            texts.append(prompt + answer)
+    return texts
+
+
+# --------------------------------------------------------------------------- tokenizers
+
+
+def printable_alphabet(space: str) -> list[str]:
+    """All printable ASCII, so any ASCII text encodes without <unk> and decodes back."""
+    return sorted({space if c == " " else c for c in string.printable})
+
+
+def train_sentencepiece_style(corpus: list[str], vocab_size: int, specials: list[str], bos: str) -> Tokenizer:
+    """A Llama/Gemma-like BPE: '▁' marks a word start, BOS prepended by the post-processor.
+
+    prepend_scheme="first" adds the '▁' only at the very start of the text, not
+    after every special token, which is what a chat template's `<s>[INST]` needs.
+    """
+    tok = Tokenizer(models.BPE(unk_token=specials[specials.index("<unk>")] if "<unk>" in specials else None))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=printable_alphabet("▁"),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, tok.token_to_id(bos))]
+    )
+    return tok
+
+
+def train_byte_level(corpus: list[str], vocab_size: int, specials: list[str]) -> Tokenizer:
+    """A GPT-2-like byte-level BPE: every byte is a token, nothing is prepended."""
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=specials,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus, trainer=trainer)
+    tok.post_processor = processors.ByteLevel(trim_offsets=False)
+    return tok
+
+
+def wrap(tok: Tokenizer, *, bos, eos, unk, pad, add_bos: bool, chat_template=None) -> PreTrainedTokenizerFast:
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=bos,
+        eos_token=eos,
+        unk_token=unk,
+        pad_token=pad,
+        add_bos_token=add_bos,
+        padding_side="left",  # a decode appends on the right, so batches pad on the left
+        model_max_length=128,
+        chat_template=chat_template,
+        clean_up_tokenization_spaces=False,  # decode must round-trip text
+    )
+
+
+def build_tokenizers(corpus: list[str]) -> dict[str, PreTrainedTokenizerFast]:
+    llama = train_sentencepiece_style(corpus, 128, ["<unk>", "<s>", "</s>", "<pad>"], "<s>")
+    gemma = train_sentencepiece_style(corpus, 160, ["<pad>", "<eos>", "<bos>", "<unk>"], "<bos>")
+    gpt2 = train_byte_level(corpus, 300, ["<|endoftext|>", "<|pad|>"])
+    return {
+        "tiny-llama": wrap(llama, bos="<s>", eos="</s>", unk="<unk>", pad="<pad>", add_bos=True,
+                           chat_template=LLAMA_CHAT_TEMPLATE),
+        "tiny-gemma2": wrap(gemma, bos="<bos>", eos="<eos>", unk="<unk>", pad="<pad>", add_bos=True),
+        "tiny-gpt2": wrap(gpt2, bos="<|endoftext|>", eos="<|endoftext|>", unk=None, pad="<|pad|>", add_bos=False),
+    }
+
+
+def pieces(tok, text: str) -> list[str]:
+    return [tok.decode([i]) for i in tok(text, add_special_tokens=False)["input_ids"]]
+
+
+def check_tokenizer(name: str, tok) -> None:
+    """What the rest of the project assumes of a fixture tokenizer, after a reload."""
+    prefix = [tok.bos_token_id] if tok.add_bos_token else []
+    assert tok("")["input_ids"] == prefix, (name, tok("")["input_ids"])
+    assert tok.padding_side == "left", name
+    assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id, name
+    sample = "If today is Thursday, tomorrow is"
+    ids = tok(sample)["input_ids"]
+    assert tok.unk_token_id is None or tok.unk_token_id not in ids, name
+    for text in (sample, "Q: What day is two days after Tuesday?\nA: Thursday", string.printable.strip()):
+        assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text, (name, text)
+
+
+# --------------------------------------------------------------------------- models
+
+
+def model_config(name: str, tok) -> object:
+    ids = dict(bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    if name == "tiny-llama":
+        return LlamaConfig(
+            vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=4, intermediate_size=64, max_position_embeddings=128,
+            tie_word_embeddings=False, **ids,
+        )
+    if name == "tiny-gpt2":
+        return GPT2Config(
+            vocab_size=len(tok), n_embd=32, n_layer=2, n_head=4, n_positions=128,
+            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids,
+        )
+    if name == "tiny-gemma2":
+        # A cap this low binds on a trained model, so `logits` (capped) and the
+        # raw lm_head output differ by a measurable amount — what the tests of
+        # the capping family need.
+        return Gemma2Config(
+            vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=4, head_dim=8, intermediate_size=64, max_position_embeddings=128,
+            final_logit_softcapping=GEMMA_SOFTCAP, attn_implementation="eager", **ids,
+        )
+    raise KeyError(name)
+
+
+GEMMA_SOFTCAP = 5.0
+SEEDS = {"tiny-llama": 1, "tiny-gpt2": 2, "tiny-gemma2": 3}
+TRAIN_STEPS = 300
+LEARNING_RATE = 1e-2
+
+
+def render(tok, prompt) -> str:
+    """A corpus prompt as text; a chat through the checkpoint's own template."""
+    if isinstance(prompt, str):
+        return prompt
+    if tok.chat_template:
+        return tok.apply_chat_template(prompt, tokenize=False)
+    return plain_chat(prompt)
+
+
+def encode_corpus(tok) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ids, attention mask and labels (-100 on padding) for the corpus."""
+    rows = []
+    for prompt, answer in corpus_pieces():
+        text = render(tok, prompt) + answer
+        # A rendered chat already starts with the template's BOS.
+        templated = not isinstance(prompt, str) and tok.chat_template
+        rows.append(tok(text, add_special_tokens=not templated)["input_ids"] + [tok.eos_token_id])
+    width = max(map(len, rows))
+    ids = torch.full((len(rows), width), tok.pad_token_id)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for r, row in enumerate(rows):
+        ids[r, : len(row)] = torch.tensor(row)
+        mask[r, : len(row)] = 1
+    labels = ids.masked_fill(mask == 0, -100)
+    return ids, mask, labels
+
+
+def train(name: str, tok):
+    torch.manual_seed(SEEDS[name])
+    model = AutoModelForCausalLM.from_config(model_config(name, tok))
+    ids, mask, labels = encode_corpus(tok)
+    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+    model.train()
+    for step in range(TRAIN_STEPS):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    model.eval()
+    print(f"  {name}: final training loss {loss.item():.3f} after {TRAIN_STEPS} steps")
+    return model
+
+
+@torch.no_grad()
+def next_token_logits(model, tok, prompts) -> torch.Tensor:
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    return model(**enc).logits[:, -1]
+
+
+def first_answer_token(tok, answer: str) -> int:
+    return tok(answer, add_special_tokens=False)["input_ids"][0]
+
+
+def accuracy(model, tok, rows) -> float:
+    """Share of rows whose argmax next token is the first token of base_answer."""
+    prompts = [render(tok, r["input"]) for r in rows]
+    if not isinstance(rows[0]["input"], str) and tok.chat_template:
+        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        logits = model(**enc).logits[:, -1]
+    else:
+        logits = next_token_logits(model, tok, prompts)
+    want = torch.tensor([first_answer_token(tok, r["base_answer"]) for r in rows])
+    return (logits.argmax(-1) == want).float().mean().item()
+
+
+# --------------------------------------------------------------------------- weekdays/said
+
+
+@torch.no_grad()
+def continuations(model, tok, prompts: list[str]) -> list[str]:
+    """The decoded first SAID_TOKENS greedy tokens of each prompt, EOS held off."""
+    enc = tok(prompts, return_tensors="pt", padding=True)
+    out = model.generate(
+        **enc, max_new_tokens=SAID_TOKENS, min_new_tokens=SAID_TOKENS, do_sample=False,
+        pad_token_id=tok.pad_token_id,
+    )
+    return [tok.decode(row[enc["input_ids"].shape[1]:]) for row in out]
+
+
+def said_rows(model, tok, rows: list[dict]) -> list[dict]:
+    """weekdays/said, read off the trained model's own greedy output.
+
+    The first two rows get a word the model does say, exactly once (a word said
+    twice would be an ambiguous anchor, not a hit): the right next day where the
+    model says it. The last two get a weekday the model does not say.
+    """
+    prompts = [r["input"] for r in rows]
+    batched = continuations(model, tok, prompts)
+    # The engine decodes a padded batch; a row on its own must say the same.
+    assert batched == [continuations(model, tok, [p])[0] for p in prompts], batched
+    used: set[str] = set()
+    out = []
+    for k, (row, said_text) in enumerate(zip(rows, batched)):
+        if k < 2:
+            options = [row["base_answer"].strip()] + sorted(said_text.split(), key=said_text.index)
+            word = next(w for w in options if w.isalpha() and said_text.count(w) == 1 and w not in used)
+        else:
+            word = next(d for d in DAYS if d not in said_text and d not in used)
+        used.add(word)
+        out.append({
+            "example_id": word, "input": row["input"], "said": word,
+            "base_answer": row["base_answer"], "cf_answer": row["cf_answer"], "split": "all",
+        })
+        print(f"  said row {k}: {row['input']!r} -> {said_text!r}; said={word!r}")
+    return out
+
+
+# --------------------------------------------------------------------------- save and verify
+
+
+def save(name: str, model, tok) -> Path:
+    path = MODELS / name
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path, safe_serialization=True)
+    tok.save_pretrained(path)
+    return path
+
+
+@torch.no_grad()
+def verify_reload(name: str, path: Path, model, rows) -> None:
+    tok = AutoTokenizer.from_pretrained(path)
+    check_tokenizer(name, tok)
+    again = AutoModelForCausalLM.from_pretrained(path).eval()
+    prompts = [r["input"] for r in rows]
+    assert torch.equal(next_token_logits(model, tok, prompts), next_token_logits(again, tok, prompts)), name
+    size = (path / "model.safetensors").stat().st_size
+    assert size < 1_000_000, (name, size)
+
+
+@torch.no_grad()
+def softcap_gap(model, tok, rows) -> float:
+    """max |logits - lm_head(last hidden)| over the weekday prompts."""
+    enc = tok([r["input"] for r in rows], return_tensors="pt", padding=True)
+    out = model(**enc, output_hidden_states=True)
+    raw = model.lm_head(out.hidden_states[-1])
+    keep = enc["attention_mask"].bool()
+    return (out.logits - raw)[keep].abs().max().item()
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    hf_logging.set_verbosity_error()
+    datasets = static_datasets()
+    for ref, rows in datasets.items():
+        write_jsonl(ref, rows)
+
+    corpus = tokenizer_corpus(datasets)
+    toks = build_tokenizers(corpus)
+    for name, tok in toks.items():
+        split = {d: pieces(tok, " " + d) for d in DAYS}
+        print(f"  {name}: vocab {len(tok)}; " + " ".join(f"{d}={p}" for d, p in split.items()))
+    multi = [d for d in DAYS if len(pieces(toks["tiny-llama"], " " + d)) >= 2]
+    assert multi, "tiny-llama must split some weekday into several tokens"
+    messages = chat_messages("Thursday")
+    assert "[INST]" in toks["tiny-llama"].apply_chat_template(messages, tokenize=False)
+
+    train_rows = datasets["weekdays/train"]
+    for name, tok in toks.items():
+        model = train(name, tok)
+        for ref in ("weekdays/train", "weekdays/test", "weekdays_full/train", "weekdays/chat"):
+            print(f"  {name}: accuracy on {ref}: {accuracy(model, tok, datasets[ref]):.2f}")
+        if name == "tiny-llama":
+            write_jsonl("weekdays/said", said_rows(model, tok, train_rows))
+        if name == "tiny-gemma2":
+            gap = softcap_gap(model, tok, train_rows)
+            print(f"  {name}: max |logits - lm_head| = {gap:.4f}")
+            assert gap > 1e-2, gap
+        path = save(name, model, tok)
+        verify_reload(name, path, model, train_rows)
+        print(f"  {name}: {path.relative_to(ROOT)} model.safetensors {(path / 'model.safetensors').stat().st_size} bytes")
+
+
+if __name__ == "__main__":
+    main()
