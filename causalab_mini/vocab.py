@@ -121,7 +121,7 @@ def render() -> str:
     for c in COMPONENTS.values():
         sel = f"[{c.selector}]" if c.selector else "-"
         engines = "nnterp, hooks" if c.hooks else "nnterp"
-        lines.append(f"  {c.name:<18} {c.kind:<9} {sel:<8} width={c.width:<22} engines={engines:<14} {c.where}")
+        lines.append(f"  {c.name:<18} {c.kind:<9} {sel:<8} width={c.width:<25} engines={engines:<14} {c.where}")
     lines.append("mechanisms:       " + ", ".join(sorted(MECHANISMS)))
     for m in sorted(MECHANISMS.values(), key=lambda m: m.name):
         params = ", ".join(

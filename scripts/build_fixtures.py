@@ -22,6 +22,7 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import json
 import random
+import re
 import string
 from pathlib import Path
 
@@ -225,7 +226,9 @@ def tokenizer_corpus(datasets: dict[str, list[dict]]) -> list[str]:
             texts.append(" ".join(f"[INST] {m['content']} [/INST]" for m in prompt) + answer)
         else:
             texts.append(prompt + answer)
-    return texts
+    # Each distinct text once: repeats would only make the weekday pieces merge
+    # sooner, and the vocabulary sizes below are chosen for where they do.
+    return sorted(set(texts))
 
 
 # --------------------------------------------------------------------------- tokenizers
@@ -274,14 +277,16 @@ def train_byte_level(corpus: list[str], vocab_size: int, specials: list[str]) ->
     return tok
 
 
-def wrap(tok: Tokenizer, *, bos, eos, unk, pad, add_bos: bool, chat_template=None) -> PreTrainedTokenizerFast:
+def wrap(tok: Tokenizer, *, bos, eos, unk, pad, chat_template=None) -> PreTrainedTokenizerFast:
+    """The transformers tokenizer around a trained one. BOS comes from the
+    backend's own post-processor (it is what survives a reload), not from an
+    add_bos_token flag."""
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=bos,
         eos_token=eos,
         unk_token=unk,
         pad_token=pad,
-        add_bos_token=add_bos,
         padding_side="left",  # a decode appends on the right, so batches pad on the left
         model_max_length=128,
         chat_template=chat_template,
@@ -289,25 +294,35 @@ def wrap(tok: Tokenizer, *, bos, eos, unk, pad, add_bos: bool, chat_template=Non
     )
 
 
+# Vocabulary sizes, chosen by where the merges stop on this corpus. tiny-llama's
+# is small enough that weekdays come in different lengths (" Monday" one piece,
+# " Tuesday" three, " Thursday" four), so an anchored position lands at
+# different indices on different rows; tiny-gpt2 splits a few in two;
+# tiny-gemma2's is large enough that every weekday is one piece.
+VOCAB = {"tiny-llama": 170, "tiny-gpt2": 322, "tiny-gemma2": 224}
+# Which families put a BOS before every prompt (what the empty string encodes to).
+HAS_BOS = {"tiny-llama": True, "tiny-gpt2": False, "tiny-gemma2": True}
+
+
 def build_tokenizers(corpus: list[str]) -> dict[str, PreTrainedTokenizerFast]:
-    llama = train_sentencepiece_style(corpus, 128, ["<unk>", "<s>", "</s>", "<pad>"], "<s>")
-    gemma = train_sentencepiece_style(corpus, 160, ["<pad>", "<eos>", "<bos>", "<unk>"], "<bos>")
-    gpt2 = train_byte_level(corpus, 300, ["<|endoftext|>", "<|pad|>"])
+    llama = train_sentencepiece_style(corpus, VOCAB["tiny-llama"], ["<unk>", "<s>", "</s>", "<pad>"], "<s>")
+    gemma = train_sentencepiece_style(corpus, VOCAB["tiny-gemma2"], ["<pad>", "<eos>", "<bos>", "<unk>"], "<bos>")
+    gpt2 = train_byte_level(corpus, VOCAB["tiny-gpt2"], ["<|endoftext|>", "<|pad|>"])
     return {
-        "tiny-llama": wrap(llama, bos="<s>", eos="</s>", unk="<unk>", pad="<pad>", add_bos=True,
-                           chat_template=LLAMA_CHAT_TEMPLATE),
-        "tiny-gemma2": wrap(gemma, bos="<bos>", eos="<eos>", unk="<unk>", pad="<pad>", add_bos=True),
-        "tiny-gpt2": wrap(gpt2, bos="<|endoftext|>", eos="<|endoftext|>", unk=None, pad="<|pad|>", add_bos=False),
+        "tiny-llama": wrap(llama, bos="<s>", eos="</s>", unk="<unk>", pad="<pad>", chat_template=LLAMA_CHAT_TEMPLATE),
+        "tiny-gpt2": wrap(gpt2, bos="<|endoftext|>", eos="<|endoftext|>", unk=None, pad="<|pad|>"),
+        "tiny-gemma2": wrap(gemma, bos="<bos>", eos="<eos>", unk="<unk>", pad="<pad>"),
     }
 
 
 def pieces(tok, text: str) -> list[str]:
+    """How `text` tokenizes, as the decoded text of each token."""
     return [tok.decode([i]) for i in tok(text, add_special_tokens=False)["input_ids"]]
 
 
 def check_tokenizer(name: str, tok) -> None:
     """What the rest of the project assumes of a fixture tokenizer, after a reload."""
-    prefix = [tok.bos_token_id] if tok.add_bos_token else []
+    prefix = [tok.bos_token_id] if HAS_BOS[name] else []
     assert tok("")["input_ids"] == prefix, (name, tok("")["input_ids"])
     assert tok.padding_side == "left", name
     assert tok.pad_token_id is not None and tok.pad_token_id != tok.eos_token_id, name
@@ -446,16 +461,17 @@ def said_rows(model, tok, rows: list[dict]) -> list[dict]:
     out = []
     for k, (row, said_text) in enumerate(zip(rows, batched)):
         if k < 2:
-            options = [row["base_answer"].strip()] + sorted(said_text.split(), key=said_text.index)
-            word = next(w for w in options if w.isalpha() and said_text.count(w) == 1 and w not in used)
+            words = [row["base_answer"].strip()] + re.findall(r"[A-Za-z]+", said_text)
+            word = next((w for w in words if said_text.count(w) == 1 and w not in used), None)
         else:
-            word = next(d for d in DAYS if d not in said_text and d not in used)
+            word = next((d for d in DAYS if d not in said_text and d not in used), None)
+        print(f"  said row {k}: {row['input']!r} -> {said_text!r}; said={word!r}")
+        assert word is not None, f"no usable `said` word in {said_text!r}"
         used.add(word)
         out.append({
             "example_id": word, "input": row["input"], "said": word,
             "base_answer": row["base_answer"], "cf_answer": row["cf_answer"], "split": "all",
         })
-        print(f"  said row {k}: {row['input']!r} -> {said_text!r}; said={word!r}")
     return out
 
 
@@ -501,7 +517,7 @@ def main() -> None:
     corpus = tokenizer_corpus(datasets)
     toks = build_tokenizers(corpus)
     for name, tok in toks.items():
-        split = {d: pieces(tok, " " + d) for d in DAYS}
+        split = {d: tok.convert_ids_to_tokens(tok(" " + d, add_special_tokens=False)["input_ids"]) for d in DAYS}
         print(f"  {name}: vocab {len(tok)}; " + " ".join(f"{d}={p}" for d, p in split.items()))
     multi = [d for d in DAYS if len(pieces(toks["tiny-llama"], " " + d)) >= 2]
     assert multi, "tiny-llama must split some weekday into several tokens"

@@ -42,11 +42,15 @@ def pca(value: Tensor, k: int) -> Tensor:
     # Centring removes one degree of freedom: n vectors span at most n - 1 directions.
     if n < k + 1:
         raise ValueError(f"too few vectors for rank {k}: got {n}")
+    # The rank test's precision is the data's, not the SVD's: fp32 vectors that
+    # span k directions exactly still carry fp32 rounding in every other one.
+    # (Half-precision data is judged at fp32's: its own eps would zero real directions.)
+    eps = torch.finfo(torch.float64 if x.dtype == torch.float64 else torch.float32).eps
     x = x.to(torch.float64)
     x = x - x.mean(dim=0, keepdim=True)
     _, s, vh = torch.linalg.svd(x, full_matrices=False)
     # numpy/torch matrix_rank's tolerance: a singular value below it is zero.
-    tol = s.max() * max(n, d) * torch.finfo(torch.float64).eps
+    tol = s.max() * max(n, d) * eps
     rank = int((s > tol).sum())
     if rank < k:
         raise ValueError(f"too few independent vectors for rank {k}: got {n} vectors spanning {rank} "

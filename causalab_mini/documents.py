@@ -1,0 +1,85 @@
+"""From a file on disk to a compiled Plan: the front door every verb and the plugin use.
+
+``read`` parses JSON, ``points`` lowers the sweep and validates each point with
+the front end its shape calls for, and ``compile_plan`` resolves the model,
+reads its config and tokenizer (never its weights) and builds the plan tree.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from .errors import DocumentError
+from .plan import sweep
+
+SUFFIX = ".causalab.json"
+
+
+def read(path: Union[str, Path]) -> dict:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise DocumentError(str(path), f"cannot read the document ({err.strerror})",
+                            "check the path") from None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise DocumentError(f"{path}:{err.lineno}:{err.colno}", f"not valid JSON: {err.msg}",
+                            "fix the syntax at that line and column") from None
+    if not isinstance(raw, dict):
+        raise DocumentError(str(path), "a document is a JSON object", "wrap it in { }")
+    return raw
+
+
+def validate_point(raw: dict):
+    from .plan.document import validate_point as _validate
+    return _validate(raw)
+
+
+@dataclass(frozen=True)
+class ValidPoint:
+    name: Optional[str]
+    spec: Any  # plan.spec.Spec
+    document: dict
+    coords: tuple
+
+
+def points(raw: dict) -> list[ValidPoint]:
+    """Every sweep point of a document, validated (no model, no data)."""
+    return [ValidPoint(p.name, validate_point(p.document), p.document, p.coords) for p in sweep.lower(raw)]
+
+
+def shape(raw: dict) -> str:
+    from .plan.document import is_protocol
+    return "protocol" if is_protocol(raw) else "plan-shaped"
+
+
+def model_facts(spec, document: Optional[Path], models=None, *, check_revision: bool = True):
+    """The model's config and tokenizer as ModelFacts; weights are never read."""
+    from .engine import loading
+    from .engine.facts import ModelFacts
+
+    resolved = loading.resolve(spec.model.key, spec.model.revision, document=document, roots=models,
+                               check_revision=check_revision)
+    roots = loading.model_roots(models, document)
+    config = loading.load_config(resolved, roots)
+    tokenizer = loading.load_tokenizer(resolved, roots)
+    return ModelFacts.from_config(config, tokenizer, key=spec.model.key, revision=resolved.revision)
+
+
+def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, data=None,
+                 engine: str = "nnterp", facts=None):
+    """The document's plan tree, compiled against the model's config and tokenizer."""
+    from . import data as data_mod
+    from .plan.build import Context, build
+
+    first = points(raw)[0]  # a sweep may not change the model, so the first point names it
+    if facts is None:
+        facts = model_facts(first.spec, document, models)
+    ctx = Context(facts=facts, data_roots=data_mod.data_roots(data, document),
+                  document_dir=(Path(document).resolve().parent if document else Path.cwd()),
+                  engine=engine)
+    return build(raw, ctx, validate=validate_point)

@@ -1,0 +1,380 @@
+"""Spec + model facts + data → Plan, with no weights loaded.
+
+Everything decidable without activations is decided here: an address and a
+width per site, the token ids of every prompt (left padded), the order the
+forwards run in, the taps of each forward in forward order, the metric token
+ids, and every refusal that needs the model's config or the data. What it
+returns is strings, integers and tuples.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from .. import data as data_mod
+from ..errors import CompileError
+from ..ops import locate
+from ..vocab import COMPONENTS, METRICS
+from . import sweep
+from .chat import render_row
+from .plan import (Address, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,
+                   OutputSpec, Plan, ReadOp, SaveSpec, Tap, Weights, WriteOp)
+from .rules import ORIGINAL
+from .spec import FitStep, ObserveStep, Ref, Spec, WeightsStep
+from .tokens import Tokenized, answer_token, tokenize_rows
+from .featurizer_files import space_width
+
+BUFFER_BOUND = 256 * 2**20  # bytes a stacked continuation read may hold (rows × decode × width × 4)
+
+
+@dataclass
+class Context:
+    """What every point of one document compiles against."""
+
+    facts: Any  # engine.facts.ModelFacts (or an engine exposing the same members)
+    data_roots: list
+    document_dir: Path
+    engine: str = "nnterp"
+
+
+def build(raw: dict, ctx: Context, *, validate) -> Plan:
+    """The whole document: a root plan, with one nested plan per sweep point if it is swept."""
+    points = sweep.lower(raw)
+    if len(points) == 1 and points[0].name is None:
+        return compile_point(validate(points[0].document), ctx, name="<root>", document=raw)
+    children = {}
+    for point in points:
+        spec = validate(point.document)
+        children[point.name] = compile_point(spec, ctx, name=point.name, document=point.document,
+                                             coords=point.coords)
+    return Plan(name="<root>", steps=children, document=raw, produced_by=None)
+
+
+def compile_point(spec: Spec, ctx: Context, *, name: str, document: dict, coords=()) -> Plan:
+    addresses = {n: ctx.facts.locate(site, path=f"sites.{n}", engine=ctx.engine)
+                 for n, site in spec.sites.items()}
+    compiler = _PointCompiler(spec, ctx, addresses)
+    steps: dict = {}
+    if spec.featurizers:
+        steps["featurizers"] = compiler.featurizers()
+    for sname, step in spec.steps.items():
+        if isinstance(step, ObserveStep):
+            steps[sname] = compiler.observe(sname, step)
+        elif isinstance(step, FitStep):
+            steps[sname] = compiler.fit(sname, step)
+        elif isinstance(step, WeightsStep):
+            steps[sname] = compiler.weights(sname, step)
+    return Plan(name=name, steps=steps, document=document, produced_by=spec.produced_by,
+                coords=tuple(coords))
+
+
+class _PointCompiler:
+    def __init__(self, spec: Spec, ctx: Context, addresses: dict[str, Address]):
+        self.spec, self.ctx, self.addresses = spec, ctx, addresses
+        self.tok = ctx.facts.tokenizer
+        self.published: dict[str, Optional[int]] = {}  # output name -> width (None: not an operand)
+        self.spaces = {n: self._space(n) for n in spec.featurizers}
+
+    # --- featurizers -------------------------------------------------------
+    def _space(self, name: str) -> int:
+        """Width of a featurizer's space: k for a basis or a dictionary, d for a gate."""
+        feat = self.spec.featurizers[name]
+        d = self.addresses[feat.site].width
+        path = f"featurizers.{name}"
+        if feat.file_path is not None:
+            return space_width(feat, self._file(feat.file_path, f"{path}.file_path"), d, path)
+        if feat.kind == "gate":
+            return d
+        if feat.k > d:
+            raise CompileError(f"{path}.k", f"k={feat.k} is more directions than the site's {d}",
+                               f"use k <= {d}")
+        return feat.k
+
+    def _file(self, file_path: str, path: str) -> Path:
+        resolved = (self.ctx.document_dir / file_path).resolve()
+        if not resolved.is_file():
+            raise CompileError(path, f"{file_path!r} does not exist (looked at {resolved})",
+                               "write the path relative to the document, or run the document "
+                               "whose weights step saves it")
+        return resolved
+
+    def featurizers(self) -> Featurizers:
+        trained = {p for s in self.spec.steps.values() if isinstance(s, FitStep) for p in s.params}
+        specs = []
+        for name, feat in self.spec.featurizers.items():
+            address = self.addresses[feat.site]
+            specs.append(FeaturizerSpec(
+                name=name, kind=feat.kind, address=address, d=address.width,
+                k=None if feat.kind == "gate" else self.spaces[name], seed=feat.seed,
+                file_path=str(self._file(feat.file_path, f"featurizers.{name}.file_path"))
+                if feat.file_path else None,
+                trained=name in trained, start=feat.start))
+        return Featurizers(name="featurizers", specs=tuple(specs))
+
+    # --- steps -------------------------------------------------------------
+    def _datasets(self, path: str, rows: dict[str, str]):
+        loaded = {role: data_mod.load(ref, self.ctx.data_roots, path=f"{path}.{role}")
+                  for role, ref in rows.items()}
+        counts = {role: len(ds.rows) for role, ds in loaded.items()}
+        if len(set(counts.values())) > 1:
+            raise CompileError(path, f"the roles' datasets have different numbers of rows: {counts}",
+                               "pair them row for row: give every role a dataset of the same length")
+        return loaded
+
+    def observe(self, sname: str, step: ObserveStep) -> Observe:
+        loaded = self._datasets(f"steps.{sname}.rows", step.rows)
+        n = len(next(iter(loaded.values())).rows)
+        obs = self._pass(sname, sname, step.interventions, loaded, range(n), step)
+        for oname, out in step.outputs.items():
+            read = next(r for f in obs.forwards for r in f.reads if r.name == out.read)
+            self.published[oname] = None if out.reduce == "pca" else read.width
+        return obs
+
+    def fit(self, sname: str, step: FitStep) -> Fit:
+        path = f"steps.{sname}"
+        loaded = self._datasets(f"{path}.rows", step.rows)
+        n = len(next(iter(loaded.values())).rows)
+        rng = random.Random(step.seed)  # the seed's order, decided here so a fit replays exactly
+        epochs = []
+        for e in range(step.epochs):
+            order = list(range(n))
+            rng.shuffle(order)
+            batches = [sorted(order[i:i + step.batch_size]) for i in range(0, n, step.batch_size)]
+            epochs.append(tuple(self._pass(f"{sname}/epochs[{e}][{u}]", sname, step.interventions,
+                                           loaded, rows, None) for u, rows in enumerate(batches)))
+        evaluation = None
+        if step.held_out:
+            held = self._datasets(f"{path}.held_out", step.held_out)
+            m = len(next(iter(held.values())).rows)
+            evaluation = self._pass("evaluation", sname, step.interventions, held, range(m), step)
+        es = step.early_stop
+        return Fit(
+            name=sname, epochs=tuple(epochs), evaluation=evaluation, lr=step.lr,
+            objective=tuple((float(w), t) for w, t in step.objective), params=tuple(step.params),
+            early_stop=(es.metric, es.mode, es.patience) if es else None,
+            anneal=tuple((g, a.start, a.end) for g, a in step.anneal.items()), seed=step.seed,
+            saves=tuple(SaveSpec(s.value, s.file_path) for s in step.saves))
+
+    def weights(self, sname: str, step: WeightsStep) -> Weights:
+        model = self.spec.model
+        header = (("model", model.key), ("revision", model.revision or ""),
+                  ("produced_by", self.spec.produced_by))
+        return Weights(name=sname, names=tuple(step.names),
+                       saves=tuple(SaveSpec(s.value, s.file_path) for s in step.saves), header=header)
+
+    # --- one pass ----------------------------------------------------------
+    def _pass(self, name: str, sname: str, iv_name: str, loaded: dict, rows, step) -> Observe:
+        iv = self.spec.interventions[iv_name]
+        ipath = f"interventions.{iv_name}"
+        rows = list(rows)
+        first = next(iter(loaded.values()))
+        example_ids = tuple(first.example_ids()[i] for i in rows)
+        texts = {}
+        for role, ds in loaded.items():
+            field = self.spec.roles[role].field
+            rendered = [render_row(self.tok, data_mod.get_field(ds.rows[i], field, path=f"roles.{role}.field",
+                                                                row_index=i), f"roles.{role}.field", i)
+                        for i in rows]
+            texts[role] = tokenize_rows(self.tok, rendered)
+        forwards = tuple(self._forward(ipath, iv, model, role, loaded, rows, texts[role])
+                         for model, role in _schedule(ipath, iv, self.addresses))
+        self._check_operands(ipath, iv, forwards)
+        metrics = tuple(self._metric(f"{ipath}.metrics.{m}", m, metric, iv, loaded, rows)
+                        for m, metric in iv.metrics.items())
+        outputs = tuple(OutputSpec(o, out.read, out.reduce, out.k)
+                        for o, out in getattr(step, "outputs", {}).items())
+        saves = tuple(SaveSpec(s.value, s.file_path) for s in getattr(step, "saves", ()))
+        return Observe(name=name, intervention=iv_name, forwards=forwards, metrics=metrics,
+                       outputs=outputs, saves=saves, example_ids=example_ids,
+                       produced_by=self.spec.produced_by)
+
+    def _anchors(self, path: str, where, role: str, loaded: dict, rows) -> Optional[tuple]:
+        if where.scope is None or where.scope.variable is None:
+            return None
+        ds = loaded[role]
+        field = self.spec.roles[role].field
+        data_mod.check_variable(ds, field, where.scope.variable, path=f"{path}.pos.scope.variable")
+        return tuple(data_mod.variable_text(ds.rows[i], field, where.scope.variable, row_index=i)
+                     for i in rows)
+
+    def _read_width(self, read, address: Address, tokens: int) -> int:
+        if read.view == "logits":
+            return self.ctx.facts.vocab_size
+        if read.featurizer:
+            return self.spaces[read.featurizer]
+        if address.component == "attention_probs":
+            heads = len(address.heads) if address.heads is not None else self.ctx.facts.heads(address.component)
+            return heads * tokens
+        return address.width
+
+    def _forward(self, ipath, iv, model: str, role: str, loaded, rows, tokens: Tokenized) -> Forward:
+        ops: list = []
+        write_names = iv.models[model].writes if model != ORIGINAL else []
+        for wname in write_names:
+            w = iv.writes[wname]
+            wpath = f"{ipath}.writes.{wname}"
+            address = self.addresses[w.site]
+            self._check_cut(wpath, wname, w.pos, tokens)
+            if w.features is not None:
+                space = self.spaces[w.featurizer] if w.featurizer else address.width
+                bad = [f for f in w.features if f >= space]
+                if bad:
+                    raise CompileError(f"{wpath}.features", f"feature(s) {bad} are outside the "
+                                       f"{space}-wide space of {w.featurizer or 'identity'!r}",
+                                       f"use indices 0..{space - 1}")
+            operand = None
+            if w.operand is not None:
+                kind, value = ("ref", w.operand.ref) if isinstance(w.operand, Ref) else \
+                    ("number", w.operand) if isinstance(w.operand, float) else ("read", w.operand)
+                operand = Operand(kind, value)
+            ops.append(WriteOp(
+                name=wname, address=address, where=w.pos,
+                anchors=self._anchors(wpath, w.pos, role, loaded, rows), mechanism=w.mechanism,
+                operand=operand, params=tuple(sorted(w.params.items())), featurizer=w.featurizer,
+                features=tuple(w.features) if w.features is not None else None,
+                step=_step_of(w.pos)))
+        for rname, r in iv.reads.items():
+            if (r.model, r.input) != (model, role):
+                continue
+            rpath = f"{ipath}.reads.{rname}"
+            address = self.addresses[r.site]
+            self._check_cut(rpath, rname, r.pos, tokens)
+            width = self._read_width(r, address, len(tokens.ids[0]))
+            step = _step_of(r.pos)
+            if step == "stack":
+                held = len(rows) * iv.decode * width * 4
+                if held > BUFFER_BOUND:
+                    raise CompileError(f"{rpath}.pos", f"a cut of the continuation keeps every decode "
+                                       f"step: {len(rows)} rows x {iv.decode} steps x {width} wide is "
+                                       f"{held / 2**20:.0f} MiB, over the {BUFFER_BOUND >> 20} MiB bound",
+                                       "read at a decode step ({\"index\": k}), fewer rows, or a narrower site")
+            ops.append(ReadOp(name=rname, address=address, where=r.pos,
+                              anchors=self._anchors(rpath, r.pos, role, loaded, rows),
+                              featurizer=r.featurizer, view=r.view, width=width, step=step))
+        return Forward(model=model, input=role, dataset=loaded[role].ref, ids=tokens.ids,
+                       mask=tokens.mask, sample=tokens.sample, texts=tokens.texts,
+                       segments=tokens.segments, decode=iv.decode, taps=_taps(ops))
+
+    def _check_cut(self, path: str, name: str, where, tokens: Tokenized) -> None:
+        """A fixed cut names the same tokens on every row: a row it does not fit is a wrong document."""
+        if not where.fixed:
+            return
+        spans = locate.content_spans(tokens.mask, tokens.prefix)
+        misses = [i for i, w in enumerate(locate.cut_rows(spans, where)) if w is None]
+        if misses:
+            lengths = sorted({spans[i][1] - spans[i][0] for i in misses})
+            raise CompileError(f"{path}.pos", f"{name!r} at {where.spelling()} does not fit row(s) "
+                               f"{misses}: their prompts are {lengths} token(s) long",
+                               "a fixed cut names the same tokens on every row; cut inside the "
+                               "shortest prompt, or scope it to a variable")
+
+    def _check_operands(self, ipath: str, iv, forwards) -> None:
+        reads = {r.name: (r, f) for f in forwards for r in f.reads}
+        for f in forwards:
+            for w in f.writes:
+                if w.operand is None or w.operand.kind == "number":
+                    continue
+                wpath = f"{ipath}.writes.{w.name}.operand"
+                space = self.spaces[w.featurizer] if w.featurizer else w.address.width
+                want = {space, len(w.features)} if w.features else {space}
+                if w.operand.kind == "ref":
+                    have = self.published.get(w.operand.value)
+                    if have is None:
+                        raise CompileError(wpath, f"{w.operand.value!r} is a pca basis, not an "
+                                           "activation", "load it as a pca featurizer's file_path")
+                else:
+                    read, src = reads[w.operand.value]
+                    have = read.width
+                    if w.address.component == "attention_probs":
+                        _check_pattern_alignment(wpath, src, f)
+                if have not in want:
+                    raise CompileError(wpath, f"the operand is {have} wide and the write acts on "
+                                       f"{sorted(want)[0]}", "read the operand at a site as wide as the "
+                                       "write's (same heads/units, same featurizer)")
+
+    def _metric(self, path: str, name: str, metric, iv, loaded, rows) -> Metric:
+        read = iv.reads[metric.of]
+        ds = loaded[read.input]
+        kind = METRICS[metric.kind]
+        columns = []
+        for field_name, column in zip(kind.columns, metric.columns):
+            values = data_mod.column_values(ds, column, path=f"{path}.{field_name}")
+            columns.append(tuple(None if values[i] is None else
+                                 answer_token(self.tok, values[i], path=f"{path}.{field_name}")
+                                 for i in rows))
+        eligible = tuple(all(c[r] is not None for c in columns) for r in range(len(rows)))
+        if not any(eligible):
+            raise CompileError(path, f"no row has a value in every column {list(metric.columns)}: "
+                               "a metric of nothing has no mean", "score rows that have an answer")
+        return Metric(name=name, kind=metric.kind, of=metric.of, model=read.model, input=read.input,
+                      token_ids=tuple(columns), column_eligible=eligible, unit=kind.unit,
+                      estimand_version=kind.estimand_version)
+
+
+def _step_of(where):
+    """The decode step a tap fires at: None (prompt frame, the prefill), k, "all" or "stack"."""
+    if where.frame != "generated":
+        return None
+    if where.is_step:
+        return "all" if where.all else where.index
+    return "stack"
+
+
+def _check_pattern_alignment(path: str, source: Forward, target: Forward) -> None:
+    """An attention pattern swapped across prompts must line up key for key."""
+    if source.tokens != target.tokens or [sum(m) for m in source.mask] != [sum(m) for m in target.mask]:
+        raise CompileError(path, "an attention pattern from another prompt must line up key for key: "
+                           f"{source.input!r} pads to {source.tokens} and {target.input!r} to "
+                           f"{target.tokens}, or their rows have different numbers of real tokens",
+                           "pair prompts of the same token length")
+
+
+def _taps(ops: list) -> tuple[Tap, ...]:
+    """Ops grouped by address, in forward order; at one site the writes go before the reads."""
+    grouped: dict[Address, list] = {}
+    for op in ops:
+        grouped.setdefault(op.address, []).append(op)
+    taps = [Tap(a, tuple(o for o in g if isinstance(o, WriteOp)), tuple(o for o in g if isinstance(o, ReadOp)))
+            for a, g in grouped.items()]
+    # Stable: ties keep document order. Writes-first among taps of one site, so a read at a
+    # narrower selection of the same tensor still sees the pass's writes.
+    return tuple(sorted(taps, key=lambda t: (t.address.key, 0 if t.writes else 1)))
+
+
+def _schedule(path: str, iv, addresses: dict) -> list[tuple[str, str]]:
+    """(model, input) pairs in an order where every operand is read before it is written."""
+    nodes: list[tuple[str, str]] = []
+    for r in iv.reads.values():
+        if (r.model, r.input) not in nodes:
+            nodes.append((r.model, r.input))
+    after: dict = {n: set() for n in nodes}
+    for node in nodes:
+        model = node[0]
+        if model == ORIGINAL:
+            continue
+        for wname in iv.models[model].writes:
+            w = iv.writes[wname]
+            if not isinstance(w.operand, str):
+                continue
+            src = iv.reads[w.operand]
+            source = (src.model, src.input)
+            if source == node:
+                if addresses[src.site].key >= addresses[w.site].key:
+                    raise CompileError(f"{path}.writes.{wname}.operand",
+                                       f"read {w.operand!r} is in the same pass and not before the write",
+                                       "read the operand from another model (e.g. \"original\")")
+                continue
+            after[node].add(source)
+    order: list = []
+    pending = list(nodes)
+    while pending:
+        ready = [n for n in pending if after[n] <= set(order)]
+        if not ready:
+            cycle = " → ".join(f"{m!r} on {i!r}" for m, i in pending)
+            raise CompileError(f"{path}.models", f"the passes read each other's values in a cycle: {cycle}",
+                               "take one side's operand from the un-written model \"original\"")
+        order.append(ready[0])
+        pending.remove(ready[0])
+    return order
