@@ -79,6 +79,8 @@ def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, dat
     first = points(raw)[0]  # a sweep may not change the model, so the first point names it
     if facts is None:
         facts = model_facts(first.spec, document, models)
+    else:  # a loaded engine answers the compile-time questions itself, with its own refusals
+        engine = getattr(facts, "name", engine)
     ctx = Context(facts=facts, data_roots=data_mod.data_roots(data, document),
                   document_dir=(Path(document).resolve().parent if document else Path.cwd()),
                   engine=engine)

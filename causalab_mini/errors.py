@@ -45,6 +45,10 @@ class CompileError(CausalabError):
     """The document is well formed but cannot be compiled against this model and data."""
 
 
+class MissingArtifact(CompileError):
+    """A file the document loads (a featurizer bundle) is not there yet: another document makes it."""
+
+
 class PlanError(CausalabError):
     """A question asked of a plan has no single answer (an ambiguous result name, say)."""
 
@@ -56,3 +60,7 @@ class EngineError(CausalabError):
 def join_path(*parts: object) -> str:
     """``join_path("interventions", "p", "writes")`` → ``interventions.p.writes``; ints stay as list indices."""
     return ".".join(str(p) for p in parts if p is not None and p != "")
+
+
+class Unsupported(EngineError):
+    """The plan asks for something this engine or this version does not do yet; nothing ran."""

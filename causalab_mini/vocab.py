@@ -8,6 +8,7 @@ engine about which data column is which operand.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -158,34 +159,61 @@ def as_json() -> dict:
     }
 
 
-def check_params(mechanism: str, params: dict) -> dict:
-    """A mechanism's parameters checked by name, returned with defaults filled.
+def _coerce(name: str, key: str, typ: type, value):
+    """One parameter value, checked against its declared type; ints are accepted as floats."""
+    if isinstance(value, bool):  # bool is an int subclass; True is not a scale
+        raise ValueError(f"{name}: parameter {key!r} must be {typ.__name__}, got bool {value!r}")
+    if typ is float:
+        if not isinstance(value, (int, float)):
+            raise ValueError(f"{name}: parameter {key!r} must be a number, got {type(value).__name__} {value!r}")
+        value = float(value)
+        if not math.isfinite(value):
+            raise ValueError(f"{name}: parameter {key!r} must be finite, got {value!r}")
+        return value
+    if typ is int:
+        if not isinstance(value, int):
+            raise ValueError(f"{name}: parameter {key!r} must be an integer, got {type(value).__name__} {value!r}")
+        return value
+    if not isinstance(value, typ):
+        raise ValueError(f"{name}: parameter {key!r} must be {typ.__name__}, got {type(value).__name__} {value!r}")
+    return value
 
-    Raises ValueError with the fix in the message; the caller adds the document path.
-    Lives here (not in ops) so validating a document never imports torch.
+
+def check_params(name: str, params: Optional[dict]) -> dict:
+    """``params`` for mechanism ``name``, checked by name and with defaults filled in.
+
+    Raises ``ValueError`` naming the mechanism and the parameter; the compiler
+    wraps it with the document path.
     """
-    mech = MECHANISMS[mechanism]
-    unknown = sorted(set(params) - set(mech.params))
+    if name not in MECHANISMS:
+        raise ValueError(f"unknown mechanism {name!r}; one of {', '.join(sorted(MECHANISMS))}")
+    spec = MECHANISMS[name].params
+    params = dict(params or {})
+    unknown = sorted(set(params) - set(spec))
     if unknown:
-        takes = ", ".join(mech.params) or "no parameters"
-        raise ValueError(f"{mechanism} takes {takes}; unknown parameter(s) {unknown}")
-    out = {}
-    for name, (kind, default) in mech.params.items():
-        value = params.get(name, default)
-        if value is REQUIRED:
-            raise ValueError(f"{mechanism} needs the parameter {name!r}")
-        if value is not None:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise ValueError(f"{mechanism}.{name} is a number, not {value!r}")
-            if kind is int and float(value) != int(value):
-                raise ValueError(f"{mechanism}.{name} is an integer, not {value!r}")
-            value = kind(value)
-        out[name] = value
-    if mechanism == "clamp":
-        if out["min"] is None and out["max"] is None:
-            raise ValueError("clamp needs at least one bound: \"min\" or \"max\"")
-        if out["min"] is not None and out["max"] is not None and out["min"] > out["max"]:
-            raise ValueError(f"clamp min {out['min']} is above max {out['max']}")
-    if mechanism == "gaussian" and out["std"] <= 0:
-        raise ValueError(f"gaussian std must be positive, not {out['std']}")
+        allowed = ", ".join(spec) if spec else "none"
+        raise ValueError(f"{name}: unknown parameter{'s' if len(unknown) > 1 else ''} "
+                         f"{', '.join(map(repr, unknown))}; {name} takes {allowed}")
+    out: dict = {}
+    for key, (typ, default) in spec.items():
+        if key not in params or (params[key] is None and default is REQUIRED):
+            if default is REQUIRED:
+                raise ValueError(f"{name}: parameter {key!r} is required")
+            out[key] = default
+        elif params[key] is None and default is None:
+            out[key] = None  # an explicit null for an optional bound (clamp's min/max)
+        else:
+            out[key] = _coerce(name, key, typ, params[key])
+    # Rules no single parameter can check.
+    if name == "clamp":
+        lo, hi = out["min"], out["max"]
+        if lo is None and hi is None:
+            raise ValueError("clamp: needs at least one bound, 'min' or 'max'")
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"clamp: 'min' ({lo}) is greater than 'max' ({hi})")
+    if name == "gaussian":
+        if out["std"] <= 0:
+            raise ValueError(f"gaussian: 'std' must be > 0, got {out['std']}")
+        if not 0 <= out["seed"] < 2**63:
+            raise ValueError(f"gaussian: 'seed' must be in [0, 2**63), got {out['seed']}")
     return out

@@ -26,7 +26,8 @@ from .. import vocab
 from ..errors import EngineError
 from . import featurizers as _feat
 from .featurizers import Featurizer, Identity  # noqa: F401  (re-exported for callers)
-from .mechanisms import REGISTRY, check_params
+from ..vocab import check_params
+from .mechanisms import REGISTRY
 
 Window = tuple[tuple[int, ...], ...]
 Operand = Union[Tensor, float, int, None]

@@ -34,6 +34,15 @@ def cut(start: int, end: int, where: Where) -> Optional[Window]:
     return tuple(range(start + a, start + b))
 
 
+def special_prefix(tok) -> tuple[int, ...]:
+    """What the tokenizer puts before every prompt, asked rather than guessed: encode the empty string.
+
+    Llama's sentencepiece prepends a BOS and GPT-2's BPE nothing; without asking,
+    ``{"index": 0}`` would be ``<s>`` on one family and the first word on the other.
+    """
+    return tuple(tok("")["input_ids"])
+
+
 def content_spans(mask: Sequence[Sequence[int]], prefix: int) -> tuple[tuple[int, int], ...]:
     """Each row's run: its real tokens after the prefix the tokenizer adds to everything (BOS)."""
     spans = []

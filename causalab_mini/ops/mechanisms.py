@@ -12,13 +12,13 @@ document is validated against and the code that runs cannot drift apart.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable, Optional
 
 import torch
 from torch import Tensor
 
 from .. import vocab
+from ..vocab import check_params  # noqa: F401  (one checker: the compiler and the seam agree)
 
 Mechanism = Callable[[Tensor, Optional[Tensor], dict, Optional[Tensor]], Tensor]
 
@@ -89,61 +89,3 @@ REGISTRY: dict[str, Mechanism] = {
 assert set(REGISTRY) == set(vocab.MECHANISMS), "mechanism registry and vocab.MECHANISMS disagree"
 
 
-def _coerce(name: str, key: str, typ: type, value):
-    """One parameter value, checked against its declared type; ints are accepted as floats."""
-    if isinstance(value, bool):  # bool is an int subclass; True is not a scale
-        raise ValueError(f"{name}: parameter {key!r} must be {typ.__name__}, got bool {value!r}")
-    if typ is float:
-        if not isinstance(value, (int, float)):
-            raise ValueError(f"{name}: parameter {key!r} must be a number, got {type(value).__name__} {value!r}")
-        value = float(value)
-        if not math.isfinite(value):
-            raise ValueError(f"{name}: parameter {key!r} must be finite, got {value!r}")
-        return value
-    if typ is int:
-        if not isinstance(value, int):
-            raise ValueError(f"{name}: parameter {key!r} must be an integer, got {type(value).__name__} {value!r}")
-        return value
-    if not isinstance(value, typ):
-        raise ValueError(f"{name}: parameter {key!r} must be {typ.__name__}, got {type(value).__name__} {value!r}")
-    return value
-
-
-def check_params(name: str, params: Optional[dict]) -> dict:
-    """``params`` for mechanism ``name``, checked by name and with defaults filled in.
-
-    Raises ``ValueError`` naming the mechanism and the parameter; the compiler
-    wraps it with the document path.
-    """
-    if name not in vocab.MECHANISMS:
-        raise ValueError(f"unknown mechanism {name!r}; one of {', '.join(sorted(vocab.MECHANISMS))}")
-    spec = vocab.MECHANISMS[name].params
-    params = dict(params or {})
-    unknown = sorted(set(params) - set(spec))
-    if unknown:
-        allowed = ", ".join(spec) if spec else "none"
-        raise ValueError(f"{name}: unknown parameter{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(map(repr, unknown))}; {name} takes {allowed}")
-    out: dict = {}
-    for key, (typ, default) in spec.items():
-        if key not in params or (params[key] is None and default is vocab.REQUIRED):
-            if default is vocab.REQUIRED:
-                raise ValueError(f"{name}: parameter {key!r} is required")
-            out[key] = default
-        elif params[key] is None and default is None:
-            out[key] = None  # an explicit null for an optional bound (clamp's min/max)
-        else:
-            out[key] = _coerce(name, key, typ, params[key])
-    # Rules no single parameter can check.
-    if name == "clamp":
-        lo, hi = out["min"], out["max"]
-        if lo is None and hi is None:
-            raise ValueError("clamp: needs at least one bound, 'min' or 'max'")
-        if lo is not None and hi is not None and lo > hi:
-            raise ValueError(f"clamp: 'min' ({lo}) is greater than 'max' ({hi})")
-    if name == "gaussian":
-        if out["std"] <= 0:
-            raise ValueError(f"gaussian: 'std' must be > 0, got {out['std']}")
-        if not 0 <= out["seed"] < 2**63:
-            raise ValueError(f"gaussian: 'seed' must be in [0, 2**63), got {out['seed']}")
-    return out

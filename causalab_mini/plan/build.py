@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import data as data_mod
-from ..errors import CompileError
+from ..errors import CompileError, MissingArtifact
 from ..ops import locate
 from ..vocab import COMPONENTS, METRICS
 from . import sweep
@@ -95,7 +95,7 @@ class _PointCompiler:
     def _file(self, file_path: str, path: str) -> Path:
         resolved = (self.ctx.document_dir / file_path).resolve()
         if not resolved.is_file():
-            raise CompileError(path, f"{file_path!r} does not exist (looked at {resolved})",
+            raise MissingArtifact(path, f"{file_path!r} does not exist (looked at {resolved})",
                                "write the path relative to the document, or run the document "
                                "whose weights step saves it")
         return resolved
@@ -201,7 +201,7 @@ class _PointCompiler:
 
     def _read_width(self, read, address: Address, tokens: int) -> int:
         if read.view == "logits":
-            return self.ctx.facts.vocab_size
+            return self.ctx.facts.width("lm_head")
         if read.featurizer:
             return self.spaces[read.featurizer]
         if address.component == "attention_probs":

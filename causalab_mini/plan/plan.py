@@ -103,6 +103,9 @@ class Forward:
     segments: Optional[tuple[dict, ...]]  # per row: chat turn name -> (start, end) character span
     decode: Optional[int]
     taps: tuple[Tap, ...]
+    # Filled by the walk, never by the compiler: op name -> (window per row, ragged).
+    # Positions are resolved where the model is, against the engine's tokenizer.
+    windows: tuple = ()
 
     @property
     def rows(self) -> int:
@@ -119,6 +122,13 @@ class Forward:
     @property
     def writes(self) -> tuple[WriteOp, ...]:
         return tuple(w for t in self.taps for w in t.writes)
+
+    def window(self, name: str):
+        """(window per row, ragged) of op ``name``, as the walk resolved it."""
+        for op, window, ragged in self.windows:
+            if op == name:
+                return window, ragged
+        raise KeyError(f"op {name!r} has no resolved window on forward {self.model!r}")
 
 
 @dataclass(frozen=True)
@@ -278,3 +288,29 @@ class Plan:
             raise PlanError(f"result {name!r}", "not in this plan", f"results here: {names}")
         raise PlanError(f"result {name!r}", f"{len(hits)} in this plan",
                         f"results here: {names}; name the point: plan.steps[{hits[0][0].split('/')[0]!r}]")
+
+
+def results_of(plan: Plan) -> dict:
+    """Every step's results as ``{step path: {name: value}}``: plain strings and tensors, none of our classes.
+
+    This (and ``fill``, its inverse) is what crosses back from a server: the
+    client already has the plan, so only what fills it in needs the trip.
+    """
+    home = {"": dict(plan.results)} if plan.results else {}
+    for path, step in plan.walk():
+        if step.results:
+            home[path] = dict(step.results)
+    return home
+
+
+def fill(plan: Plan, home: dict) -> Plan:
+    """Put ``results_of``'s dict back onto the plan's steps; returns the same plan object."""
+    steps = dict(plan.walk())
+    for path, results in home.items():
+        target = plan if path == "" else steps.get(path)
+        if target is None:
+            raise PlanError(path, "a result came home for a step this plan does not have",
+                            "run the plan the results were produced from")
+        target.results.clear()
+        target.results.update(results)
+    return plan

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import CompileError
+from ..ops.locate import special_prefix
 
 
 @dataclass(frozen=True)
@@ -26,11 +27,6 @@ class Tokenized:
     sample: str  # row 0's ids decoded by this tokenizer
     prefix: int  # tokens the tokenizer puts before every prompt (BOS)
     segments: Optional[tuple[dict, ...]]
-
-
-def special_prefix(tok) -> tuple[int, ...]:
-    """What the tokenizer puts before every prompt, asked rather than guessed: encode the empty string."""
-    return tuple(tok("")["input_ids"])
 
 
 def pad_id(tok) -> int:

@@ -1,0 +1,32 @@
+# The two commands of the README. Each does its own set-up on a fresh clone with
+# only python3 present: a virtualenv in .venv, torch's CPU wheel first (a bare
+# `torch` requirement resolves a multi-GB CUDA build), then the project.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test bench fixtures
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+# The main job: every document in the corpus, on the shipped models.
+demo: $(STAMP)
+	$(BIN)/python scripts/demo.py
+
+# The project's own test suite.
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -n 2 tests
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+# Rebuild the shipped models and datasets (deterministic; a few minutes on CPU).
+fixtures: $(STAMP)
+	$(BIN)/python scripts/build_fixtures.py

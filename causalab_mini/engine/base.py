@@ -1,0 +1,50 @@
+"""The engine contract: eight members and ``model``, no bodies.
+
+An engine inherits no behaviour from here. The walk over steps, the metrics,
+the fit loop and the write algebra are shared (``steps.py``, ``taps.py``,
+``ops/``), so a second engine is these members and no more; a test asserts the
+set of public names each engine defines, so a member added quietly fails.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+
+class Engine:
+    name: ClassVar[str]  # "nnterp" or "hooks": whose compile-time refusals apply
+    model: Any  # the loaded model (a StandardizedTransformer, or an AutoModelForCausalLM)
+
+    @classmethod
+    def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
+             trust_remote_code=False) -> "Engine":
+        """Resolve, load (frozen: eval(), requires_grad_(False)) and standardize a document's model."""
+        ...
+
+    def execute(self, plan, *, remote=False, batch_size=None):
+        """Walk ``plan`` (steps.run) and return it with every step's ``results`` filled."""
+        ...
+
+    def forward(self, forward, values: dict, featurizers: dict) -> None:
+        """Run one Forward: apply its taps, leave each read's value in ``values`` under its name."""
+        ...
+
+    def locate(self, site, *, path: str, engine=None):
+        """A site as an Address, bounds checked and this engine's refusals applied (compile time)."""
+        ...
+
+    @property
+    def num_layers(self) -> int:
+        ...
+
+    def width(self, component: str) -> int:
+        ...
+
+    def heads(self, component: str) -> int:
+        ...
+
+    @property
+    def tokenizer(self):
+        ...
+
+
+MEMBERS = frozenset({"load", "execute", "forward", "locate", "num_layers", "width", "heads", "tokenizer"})

@@ -1,0 +1,158 @@
+"""The walk: one plain function per step kind, each taking the engine.
+
+``run(engine, step)`` is the whole executor. Every function here calls the
+engine for exactly one thing — running a forward (``engine.forward``) — and
+none of them touches the model. Positions are resolved here, inside the run,
+against ``engine.tokenizer``; metrics, outputs and batching windows are here, so
+both engines share them unchanged.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Optional
+
+import torch
+
+from ..errors import EngineError, Unsupported
+from ..ops import locate, metrics as metric_ops, reduce
+from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Weights
+
+
+@dataclass
+class Published:
+    """An output a step published: the value, and how to slice it when rows are windowed."""
+
+    value: torch.Tensor
+    per_row: bool  # rectangular (rows, …): windows slice it; a reduction has no row axis
+    counts: Optional[tuple[int, ...]] = None  # flat (total, …): positions per row
+
+
+@dataclass
+class State:
+    """The walk's locals: published outputs and live featurizers. Never saved, never shipped."""
+
+    outputs: dict = field(default_factory=dict)
+    featurizers: dict = field(default_factory=dict)
+
+
+def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State] = None):
+    state = state or State()
+    if isinstance(step, Plan):
+        for child in step.steps.values():
+            # A nested plan (a sweep point) gets its own outputs and the same featurizers,
+            # so points cannot see each other's published values.
+            sub = State(featurizers=state.featurizers) if isinstance(child, Plan) else state
+            run(engine, child, batch_size=batch_size, state=sub)
+        return step
+    if isinstance(step, Observe):
+        with torch.no_grad():
+            observe(engine, step, state, batch_size=batch_size)
+        return step
+    if isinstance(step, (Featurizers, Fit, Weights)):
+        raise Unsupported(step.name, f"{step.kind} steps (featurizers, fitting, weights) are not "
+                          "implemented in this version", "run documents without featurizers")
+    raise TypeError(f"unknown step {type(step).__name__}")
+
+
+# --- positions ----------------------------------------------------------------
+
+def resolve(engine, forward: Forward) -> Forward:
+    """The forward with every op's window per row resolved against the engine's tokenizer."""
+    prefix = len(locate.special_prefix(engine.tokenizer))
+    spans = locate.content_spans(forward.mask, prefix)
+    entries = []
+    for op in (*forward.writes, *forward.reads):
+        if not op.where.fixed:
+            raise Unsupported(op.name, f"position {op.where.spelling()} needs the text-anchored "
+                              "resolver or the generated frame, which this version does not have",
+                              "use a bare index, span, last or all in the prompt frame")
+        windows = locate.cut_rows(spans, op.where)
+        if any(w is None for w in windows):  # the compiler refused this; a skewed tokenizer can still get here
+            raise EngineError(op.name, f"{op.where.spelling()} does not fit every row on this tokenizer",
+                              "compile against the tokenizer the engine serves")
+        entries.append((op.name, tuple(windows), op.where.ragged))
+    return replace(forward, windows=tuple(entries))
+
+
+# --- batching windows ---------------------------------------------------------
+
+def _slice_forward(forward: Forward, a: int, b: int) -> Forward:
+    return replace(forward, ids=forward.ids[a:b], mask=forward.mask[a:b], texts=forward.texts[a:b],
+                   segments=forward.segments[a:b] if forward.segments else None,
+                   windows=tuple((n, w[a:b], r) for n, w, r in forward.windows))
+
+
+def _slice_published(p: Published, a: int, b: int) -> torch.Tensor:
+    if not p.per_row:
+        return p.value
+    if p.counts is None:
+        return p.value[a:b]
+    start = sum(p.counts[:a])
+    return p.value[start:start + sum(p.counts[a:b])]
+
+
+def _run_forwards(engine, forwards: tuple[Forward, ...], state: State, rows: int,
+                  batch_size: Optional[int]) -> dict:
+    """Every forward in schedule order, window by window; reads concatenated back in row order."""
+    size = batch_size or rows
+    pieces: dict[str, list] = {}
+    for a in range(0, rows, size):
+        b = min(rows, a + size)
+        values = {name: _slice_published(p, a, b) for name, p in state.outputs.items()}
+        published = set(values)
+        for f in forwards:
+            engine.forward(_slice_forward(f, a, b) if size < rows else f, values, state.featurizers)
+        for name, value in values.items():
+            if name not in published:
+                pieces.setdefault(name, []).append(value)
+    return {name: parts[0] if len(parts) == 1 else torch.cat(parts, dim=0) for name, parts in pieces.items()}
+
+
+# --- observe ------------------------------------------------------------------
+
+def observe(engine, obs: Observe, state: State, *, batch_size: Optional[int] = None,
+            live: bool = False) -> dict:
+    """One pass: forwards in order, then metrics and outputs. Returns the metrics live (for a fit)."""
+    forwards = tuple(resolve(engine, f) for f in obs.forwards)
+    values = _run_forwards(engine, forwards, state, obs.rows, batch_size)
+    windows = {name: (w, r) for f in forwards for name, w, r in f.windows}
+    scored = {}
+    eligible = {}
+    for m in obs.metrics:
+        window, ragged = windows[m.of]
+        found = tuple(len(w) > 0 for w in window)  # the position half, which only the run knows
+        rows = tuple(c and p for c, p in zip(m.column_eligible, found))
+        if not any(rows):
+            raise EngineError(m.name, "no row survives both halves of eligibility (a value in every "
+                              "column, and a position the run could place): a metric of nothing has "
+                              "no mean", "check the answer columns and the read's position")
+        logits = metric_ops.squeeze_positions(values[m.of], ragged, path=m.name)
+        # Rectangular: one row of logits per data row. Flat: one per row that resolved.
+        places = [i for i, ok in enumerate(found) if ok] if ragged else list(range(len(found)))
+        take = [places.index(i) for i, ok in enumerate(rows) if ok]
+        index = torch.tensor(take, dtype=torch.long, device=logits.device)
+        ids = [torch.tensor([col[i] for i, ok in enumerate(rows) if ok], dtype=torch.long)
+               for col in m.token_ids]
+        value = metric_ops.score(m.kind, logits.index_select(0, index), ids, path=m.name)
+        scored[m.name] = value
+        eligible[m.name] = rows
+        obs.results[m.name] = value.detach().cpu()
+    if eligible:
+        obs.results["eligible"] = eligible
+    for out in obs.outputs:
+        value = values[out.read]
+        window, ragged = windows[out.read]
+        if out.reduce == "mean":
+            published = Published(reduce.mean(value), per_row=False)
+        elif out.reduce == "pca":
+            try:
+                published = Published(reduce.pca(value, out.k), per_row=False)
+            except ValueError as err:
+                raise EngineError(out.name, str(err), "harvest more vectors (e.g. every token: "
+                                  "{\"all\": true}) or a smaller k") from None
+        else:
+            counts = tuple(len(w) for w in window) if ragged else None
+            published = Published(value, per_row=True, counts=counts)
+        state.outputs[out.name] = published
+        obs.results[out.name] = published.value.detach().cpu()
+    return scored if live else {}

@@ -1,0 +1,58 @@
+"""What both engines do at one address, given the tensor found there.
+
+An engine's only job at a tap is to find the activation (``(rows, seq, width)``)
+and put the result back; everything between — gathering each op's window,
+the write seam, reads through a featurizer or a logits view — is this one
+function, so the two engines cannot disagree about what a tap means.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from torch import Tensor
+
+from ..ops import intervene
+from ..ops.featurizers import IDENTITY
+from ..plan.plan import Forward, Tap
+from ..vocab import MECHANISMS
+
+
+def operand_value(op, values: dict):
+    """A write's operand: a read of this pass or a published value (both in ``values``), or a number."""
+    if op is None:
+        return None
+    if op.kind == "number":
+        return float(op.value)
+    return values[op.value]
+
+
+def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: dict,
+            project: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
+    """Apply ``tap``'s writes in order, then its reads, to ``act``; return the (new) activation.
+
+    ``project`` pushes residual vectors through ln_final → lm_head → softcap, for
+    a read with ``view: "logits"``.
+    """
+    columns = tap.address.columns
+    before = act  # f0: the address's value before this pass's first write, captured once
+    for w in tap.writes:
+        window, ragged = forward.window(w.name)
+        x = intervene.gather(act, window, ragged=ragged, features=columns, path=w.name)
+        f0 = None
+        if MECHANISMS[w.mechanism].needs_f0:
+            f0 = intervene.gather(before, window, ragged=ragged, features=columns, path=w.name)
+        new = intervene.apply_write(
+            x, featurizer=featurizers.get(w.featurizer, IDENTITY) if w.featurizer else IDENTITY,
+            mechanism=w.mechanism, params=dict(w.params), operand=operand_value(w.operand, values),
+            f0=f0, features=w.features, path=w.name)
+        act = intervene.scatter(act, window, new, ragged=ragged, features=columns, path=w.name)
+    for r in tap.reads:
+        window, ragged = forward.window(r.name)
+        x = intervene.gather(act, window, ragged=ragged, features=columns, path=r.name)
+        if r.view == "logits":
+            x = project(x)
+        elif r.featurizer:
+            with intervene.exact():
+                x, _ = featurizers[r.featurizer].featurize(x.float())
+        values[r.name] = x
+    return act
