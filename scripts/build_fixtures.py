@@ -187,11 +187,13 @@ def corpus_pieces() -> list[tuple[str, str]]:
 
     Every weekday prompt for all seven days, its chat form (the assistant naming
     each day first, not only the asked one, so the model cannot just copy the
-    assistant turn), and every number/day arithmetic prompt.
+    assistant turn), and every number/day arithmetic prompt. The plain prompts
+    are repeated so that each of the three forms is 49 rows of the batch: the
+    plain prompt is the one the experiments and the accuracy check use most.
     """
     pieces: list = []
     for day in DAYS:
-        pieces.append((WEEKDAY_PROMPT.format(day=day), " " + next_day(day)))
+        pieces += [(WEEKDAY_PROMPT.format(day=day), " " + next_day(day))] * len(DAYS)
     for named in DAYS:
         for day in DAYS:
             messages = chat_messages(day)
@@ -356,6 +358,7 @@ def model_config(name: str, tok) -> object:
         return Gemma2Config(
             vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=4, head_dim=8, intermediate_size=64, max_position_embeddings=128,
+            query_pre_attn_scalar=8,  # = head_dim, as the released Gemma-2 checkpoints have it
             final_logit_softcapping=GEMMA_SOFTCAP, attn_implementation="eager", **ids,
         )
     raise KeyError(name)

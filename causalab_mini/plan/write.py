@@ -1,0 +1,109 @@
+"""A run's plan → files: the save manifest and nothing else.
+
+Nothing lands on disk that no step's ``saves`` asks for, besides
+``document.json`` and ``run.json`` at the root and each sweep point's
+``document.json``. Every file's bytes are made before the first one is written,
+and each is written to a temporary name and renamed into place, so a failing
+run leaves no half-written file. The same plan written twice gives
+byte-identical files: no time, host or absolute path is recorded.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..errors import PlanError
+from .plan import Fit, Observe, Plan, Weights
+
+
+def _json(value: Any) -> bytes:
+    return (json.dumps(value, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
+    """One object per row of the step's data, excluded rows included (``value: null``)."""
+    metric = next(m for m in step.metrics if m.name == name)
+    values = step.results[name].tolist()
+    eligible = step.results.get("eligible", {}).get(name, metric.column_eligible)
+    positions = step.results.get("positions", {}).get(metric.of)
+    rows, it = [], iter(values)
+    for i, example_id in enumerate(step.example_ids):
+        ok = bool(eligible[i])
+        row = {"example_id": example_id, "metric": name, "value": next(it) if ok else None,
+               "eligible": ok}
+        if positions is not None:
+            row["positions"] = list(positions["rows"][i])
+            row["reason"] = positions["reason"][i]
+            row["tokens"] = positions["tokens"][i]
+        else:
+            # The document fixed the position on every row; there is nothing to report.
+            row["positions"] = None
+            row["reason"] = "" if ok else "no_answer"  # the column half: the data had no answer
+        row.update(unit=metric.unit, estimand_version=metric.estimand_version, produced_by=produced_by)
+        rows.append(row)
+    return rows
+
+
+def _safetensors(tensors: dict) -> bytes:
+    from safetensors.torch import save
+
+    return save({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
+
+
+def _step_files(step, produced_by: str) -> dict[str, bytes]:
+    files: dict[str, bytes] = {}
+    saves = step.saves if not isinstance(step, Plan) else ()
+    source = step.evaluation if isinstance(step, Fit) else step
+    for save in saves:
+        results = source.results if source is not None else {}
+        if save.value not in results:
+            raise PlanError(save.file_path, f"nothing called {save.value!r} was produced by this run",
+                            "save a metric, an output or a generated value of this step")
+        if save.file_path.endswith(".json"):
+            files[save.file_path] = _json(metric_rows(source, save.value, produced_by))
+        else:
+            files[save.file_path] = _safetensors({save.value: results[save.value]})
+    return files
+
+
+def manifest(plan: Plan, run_record: dict) -> dict[str, bytes]:
+    """Every file of a run, relative path → bytes, made before anything is written."""
+    files: dict[str, bytes] = {"document.json": _json(plan.document), "run.json": _json(run_record)}
+
+    def add(p: Plan, prefix: str) -> None:
+        for name, step in p.steps.items():
+            if isinstance(step, Plan):
+                files[f"{prefix}{name}/document.json"] = _json(step.document)
+                add(step, f"{prefix}{name}/")
+            elif isinstance(step, (Observe, Fit, Weights)):
+                for rel, data in _step_files(step, p.produced_by).items():
+                    if f"{prefix}{rel}" in files:
+                        raise PlanError(rel, "two steps save to the same file",
+                                        "give each save its own file_path")
+                    files[f"{prefix}{rel}"] = data
+
+    add(plan, "")
+    return files
+
+
+def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
+    """Write the run into ``out``; returns the paths written, in manifest order."""
+    files = manifest(plan, run_record)
+    out = Path(out)
+    written = []
+    for rel, data in files.items():
+        target = out / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        written.append(target)
+    return written
