@@ -25,7 +25,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 tests
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/engines.py
 
 # Rebuild the shipped models and datasets (deterministic; a few minutes on CPU).
 fixtures: $(STAMP)

@@ -114,20 +114,89 @@ def _hub_failure(resolved: ResolvedModel, err: Exception, searched_roots) -> Mod
         f"searched: {', '.join(map(str, searched_roots)) or 'no model roots'}")
 
 
+def _hub_unreachable(timeout: float = 3.0) -> Optional[str]:
+    """Why the hub cannot be reached from here, or None: offline mode, or no connection in ``timeout``.
+
+    Asked once, quickly, before a hub fetch: huggingface_hub retries a failed connection
+    with backoff for ~25 s per file, which is not how a missing model should be reported.
+    """
+    import socket
+    from urllib.parse import urlparse
+
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return "HF_HUB_OFFLINE is set"
+    url = urlparse(constants.ENDPOINT)
+    host, port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as err:
+        return f"cannot connect to {host}:{port}: {err.strerror or err}"
+    return None
+
+
+def _from_hub(loader, resolved: ResolvedModel, roots):
+    """``loader.from_pretrained`` for a local directory, the hub cache, then the hub itself."""
+    revision = None if resolved.local else resolved.revision
+    if resolved.local:
+        try:
+            return loader.from_pretrained(resolved.source)
+        except (OSError, ValueError) as err:
+            raise _hub_failure(resolved, err, roots) from None
+    try:  # already in the Hugging Face cache: no network needed
+        return loader.from_pretrained(resolved.source, revision=revision, local_files_only=True)
+    except (OSError, ValueError):
+        pass
+    reason = _hub_unreachable()
+    if reason:
+        raise ModelError(
+            "model.key",
+            f"{resolved.key!r} is not a local model directory, not in the Hugging Face cache, "
+            f"and the hub cannot be reached to fetch it ({reason})",
+            "put it under a model search path (--models DIR, " + ENV_MODELS + ") or run where the "
+            f"hub is reachable; searched: {', '.join(map(str, roots)) or 'no model roots'}")
+    try:
+        return loader.from_pretrained(resolved.source, revision=revision)
+    except (OSError, ValueError) as err:
+        raise _hub_failure(resolved, err, roots) from None
+
+
 def load_config(resolved: ResolvedModel, roots=()):
     from transformers import AutoConfig
 
-    try:
-        return AutoConfig.from_pretrained(resolved.source, revision=None if resolved.local else resolved.revision)
-    except (OSError, ValueError) as err:
-        raise _hub_failure(resolved, err, roots) from None
+    return _from_hub(AutoConfig, resolved, roots)
 
 
 def load_tokenizer(resolved: ResolvedModel, roots=()):
     from transformers import AutoTokenizer
 
-    try:
-        return AutoTokenizer.from_pretrained(resolved.source,
-                                             revision=None if resolved.local else resolved.revision)
-    except (OSError, ValueError) as err:
-        raise _hub_failure(resolved, err, roots) from None
+    return _from_hub(AutoTokenizer, resolved, roots)
+
+
+# --- shared by both engines' ``load``: the document's model reference, its dtype, the freeze ---
+
+def model_ref(ref):
+    """A document's ``model`` section as a ``ModelRef`` (a dict is validated into one)."""
+    from ..plan.spec import ModelRef
+
+    return ref if isinstance(ref, ModelRef) else ModelRef.model_validate(ref)
+
+
+def torch_dtype(ref):
+    """The torch dtype a document's ``model.dtype`` ("fp32", "fp16", "bf16") asks for."""
+    import torch
+
+    return getattr(torch, model_ref(ref).torch_dtype)
+
+
+def hub_revision(resolved: ResolvedModel) -> Optional[str]:
+    """What ``from_pretrained(revision=...)`` gets: the hub commit, or None for a local directory."""
+    return None if resolved.local else resolved.revision
+
+
+def freeze(model):
+    """The model as an instrument, not a parameter: ``eval()`` and ``requires_grad_(False)``."""
+    model.eval()
+    model.requires_grad_(False)
+    return model

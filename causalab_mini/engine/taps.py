@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import torch
 from torch import Tensor
 
 from ..ops import intervene
@@ -56,3 +57,20 @@ def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: 
                 x, _ = featurizers[r.featurizer].featurize(x.float())
         values[r.name] = x
     return act
+
+
+def logit_projection(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], Tensor],
+                     softcap: Optional[float] = None) -> Callable[[Tensor], Tensor]:
+    """``project`` for a read with ``view: "logits"``: final norm → head → the family's final softcap.
+
+    ``softcap`` is ``config.final_logit_softcapping`` (Gemma-2: ``tanh(x / c) * c``, in the
+    order the model itself applies it); None or 0 for a family without one. Both engines
+    build their ``project`` here, so a lens read means the same on each.
+    """
+    def project(x: Tensor) -> Tensor:
+        y = head(norm(x))
+        if softcap:
+            y = torch.tanh(y / softcap) * softcap
+        return y
+
+    return project

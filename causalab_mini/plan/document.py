@@ -9,6 +9,7 @@ document wrote the field.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -108,7 +109,7 @@ def lower(raw: dict) -> dict:
     try:
         doc = ProtocolDocument.model_validate(raw)
     except ValidationError as err:
-        raise document_error(err) from None
+        raise document_error(err, raw=raw) from None
     m = doc.method
     intervention: dict[str, Any] = {
         "reads": m.reads,
@@ -151,7 +152,20 @@ _PATHS = (
 )
 
 
+# Plan-shaped fields the protocol writes inside one other field.
+_DO = re.compile(rf"^interventions\.{INTERVENTION}\.writes\.([^.]+)\.(?:mechanism|operand|params)(?:\..*)?$")
+_ROWS = re.compile(rf"^steps\.{STEP}\.rows\.([^.]+)$")
+
+
 def protocol_path(path: str) -> str:
+    # The mechanism, its operand and its parameters are all the protocol's one "do" key,
+    # and a role's rows are its "dataset".
+    match = _DO.match(path)
+    if match:
+        return f"method.writes.{match.group(1)}.do"
+    match = _ROWS.match(path)
+    if match:
+        return f"data.{match.group(1)}.dataset"
     for plan, proto in _PATHS:
         if path == plan or path.startswith(plan + "."):
             return proto + path[len(plan):]

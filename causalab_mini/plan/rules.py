@@ -8,6 +8,7 @@ Each rule raises ``DocumentError(path, problem, fix)`` at the field it is about.
 """
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING
 
 from ..errors import DocumentError
@@ -96,6 +97,10 @@ def _check_intervention(spec: "Spec", path: str, iv: "Intervention") -> None:
         _check_frame(path, wp, iv, write.pos, write=True, name=name)
         op = write.operand
         if isinstance(op, str):
+            if op not in iv.reads and op in _output_names(spec):
+                raise DocumentError(
+                    f"{wp}.operand", f"{op!r} is an output a step publishes, not a read of this "
+                    "intervention; a bare name is a read", f"write {{\"ref\": \"{op}\"}}")
             if op not in iv.reads:
                 raise DocumentError(
                     f"{wp}.operand", f"{op!r} is not a read of this intervention",
@@ -133,10 +138,18 @@ def _check_intervention(spec: "Spec", path: str, iv: "Intervention") -> None:
         if read.featurizer is not None:
             raise DocumentError(f"{mp}.of", f"read {metric.of!r} goes through featurizer "
                                 f"{read.featurizer!r}; a metric scores logits", "drop the featurizer")
+    if set(iv.writes) & set(iv.reads):
+        clash = sorted(set(iv.writes) & set(iv.reads))[0]
+        raise DocumentError(f"{path}.writes.{clash}", f"{clash!r} names both a read and a write",
+                            "rename one; an op's name is how its positions and provenance are reported")
     if set(iv.metrics) & set(iv.reads):
         clash = sorted(set(iv.metrics) & set(iv.reads))[0]
         raise DocumentError(f"{path}.metrics.{clash}", f"{clash!r} names both a read and a metric",
                             "rename one; a save names one or the other")
+
+
+def _output_names(spec: "Spec") -> set:
+    return {o for step in spec.steps.values() for o in getattr(step, "outputs", {})}
 
 
 def _check_frame(ipath: str, path: str, iv, where, *, write: bool, name: str) -> None:
@@ -190,7 +203,8 @@ def _check_steps(spec: "Spec") -> None:
             if isinstance(write.operand, Ref) and write.operand.ref not in published:
                 raise DocumentError(
                     f"interventions.{step.interventions}.writes.{wname}.operand",
-                    f"{{\"ref\": {write.operand.ref!r}}} is not published by a step before {sname!r}",
+                    f"{{\"ref\": {json.dumps(write.operand.ref)}}} is not published by a step "
+                    f"before {sname!r}",
                     "publish it from an earlier observe step's outputs"
                     + (f" (published so far: {', '.join(published)})" if published else ""))
         if step.kind == "fit":
@@ -225,6 +239,9 @@ def _check_saves(sp: str, step, iv) -> None:
                     raise DocumentError(f"{path}.{key}", f"metric {save.value!r} is scored on "
                                         f"{key} {getattr(read, key)!r}, not {given!r}",
                                         f"write {getattr(read, key)!r} or omit it")
+                # Omitted means the read's own: stored filled, so writing it out (as the
+                # protocol always does) and omitting it are the same experiment.
+                object.__setattr__(save, key, getattr(read, key))
         elif save.value in outputs or save.value in generated:
             if not save.file_path.endswith(".safetensors"):
                 raise DocumentError(f"{path}.file_path", f"{save.value!r} is a tensor",

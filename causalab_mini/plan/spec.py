@@ -15,7 +15,8 @@ import json
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
-                      ValidationError, WithJsonSchema, field_validator, model_validator)
+                      ValidationError, ValidationInfo, WithJsonSchema, field_validator,
+                      model_validator)
 
 from ..errors import CausalabError, DocumentError
 from ..shapes import Where
@@ -99,35 +100,49 @@ class Role(_Strict):
 
 class Site(_Strict):
     component: Literal[tuple(COMPONENTS)]  # type: ignore[valid-type]
-    layers: Optional[list[int]] = None
+    # validate_default: a missing "layers" is refused at sites.<name>.layers, not at the site.
+    layers: Optional[list[int]] = Field(None, validate_default=True)
     heads: Optional[list[int]] = None
     units: Optional[list[int]] = None
 
-    @model_validator(mode="after")
-    def _selectors(self) -> "Site":
-        comp = COMPONENTS[self.component]
-        if comp.layered and not self.layers:
-            raise ValueError(f"{self.component} is inside a layer: write \"layers\": [l]")
-        if not comp.layered and self.layers is not None:
-            raise ValueError(f"{self.component} has no layer: remove \"layers\"")
-        if self.layers is not None and len(self.layers) != 1:
-            raise ValueError(f"a site is at one layer, and this names {len(self.layers)}; sweep the "
+    # Field validators (not one model validator) so each refusal names its own field:
+    # sites.<name>.layers / .heads / .units. ``component`` is declared first, so it is in
+    # info.data when it is valid; when it is not, that is the error to report.
+    @field_validator("layers")
+    @classmethod
+    def _layers(cls, value: Optional[list[int]], info: ValidationInfo) -> Optional[list[int]]:
+        component = info.data.get("component")
+        if component is None:
+            return value
+        comp = COMPONENTS[component]
+        if comp.layered and not value:
+            raise ValueError(f"{component} is inside a layer: write \"layers\": [l]")
+        if not comp.layered and value is not None:
+            raise ValueError(f"{component} has no layer: remove \"layers\"")
+        if value is not None and len(value) != 1:
+            raise ValueError(f"a site is at one layer, and this names {len(value)}; sweep the "
                              "layer instead: \"layers\": {\"sweep\": [[0], [1]]}")
-        for sel in ("heads", "units"):
-            value = getattr(self, sel)
-            if value is None:
-                continue
-            if comp.selector != sel:
-                allowed = f'"{comp.selector}"' if comp.selector else "no selector"
-                raise ValueError(f"{self.component} takes {allowed}, not \"{sel}\"")
-            if not value:
-                raise ValueError(f"{sel} is empty; omit it to take the whole site")
-            if len(set(value)) != len(value):
-                raise ValueError(f"{sel} {value} repeats an index")
-        for sel in ("layers", "heads", "units"):
-            if any(i < 0 for i in (getattr(self, sel) or ())):
-                raise ValueError(f"{sel} are counted from 0; negative indices are not allowed")
-        return self
+        if any(i < 0 for i in (value or ())):
+            raise ValueError("layers are counted from 0; negative indices are not allowed")
+        return value
+
+    @field_validator("heads", "units")
+    @classmethod
+    def _selection(cls, value: Optional[list[int]], info: ValidationInfo) -> Optional[list[int]]:
+        component = info.data.get("component")
+        if value is None or component is None:
+            return value
+        comp, sel = COMPONENTS[component], info.field_name
+        if comp.selector != sel:
+            allowed = f'"{comp.selector}"' if comp.selector else "no selector"
+            raise ValueError(f"{component} takes {allowed}, not \"{sel}\"")
+        if not value:
+            raise ValueError(f"{sel} is empty; omit it to take the whole site")
+        if len(set(value)) != len(value):
+            raise ValueError(f"{sel} {value} repeats an index")
+        if any(i < 0 for i in value):
+            raise ValueError(f"{sel} are counted from 0; negative indices are not allowed")
+        return value
 
     @property
     def layer(self) -> Optional[int]:
@@ -175,8 +190,9 @@ class Write(_Strict):
     site: str
     pos: Position
     mechanism: Literal[tuple(MECHANISMS)]  # type: ignore[valid-type]
-    operand: Optional[Operand] = None
-    params: dict[str, Union[float, int]] = Field(default_factory=dict)
+    # validate_default: a missing operand or parameter is refused at its own field's path.
+    operand: Optional[Operand] = Field(None, validate_default=True)
+    params: dict[str, Union[float, int]] = Field(default_factory=dict, validate_default=True)
     featurizer: Optional[str] = None
     features: Optional[list[int]] = None
 
@@ -189,23 +205,37 @@ class Write(_Strict):
             return float(value)
         return value
 
-    @model_validator(mode="after")
-    def _mechanism(self) -> "Write":
-        mech = MECHANISMS[self.mechanism]
-        if mech.operand and self.operand is None:
-            raise ValueError(f"{self.mechanism} needs an operand: a read of this intervention, "
+    @field_validator("operand")
+    @classmethod
+    def _operand_wanted(cls, value: Any, info: ValidationInfo) -> Any:
+        mechanism = info.data.get("mechanism")
+        if mechanism is None:
+            return value
+        mech = MECHANISMS[mechanism]
+        if mech.operand and value is None:
+            raise ValueError(f"{mechanism} needs an operand: a read of this intervention, "
                              "{\"ref\": output} or a number")
-        if not mech.operand and self.operand is not None:
-            raise ValueError(f"{self.mechanism} takes no operand; remove \"operand\"")
+        if not mech.operand and value is not None:
+            raise ValueError(f"{mechanism} takes no operand; remove \"operand\"")
+        return value
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, value: dict, info: ValidationInfo) -> dict:
         # Parameters are checked by name and stored with their defaults filled, so a
         # default written out and a default omitted are the same experiment.
-        object.__setattr__(self, "params", check_params(self.mechanism, dict(self.params)))
-        if self.features is not None:
-            if not self.features or any(f < 0 for f in self.features):
+        mechanism = info.data.get("mechanism")
+        return value if mechanism is None else check_params(mechanism, dict(value))
+
+    @field_validator("features")
+    @classmethod
+    def _features(cls, value: Optional[list[int]]) -> Optional[list[int]]:
+        if value is not None:
+            if not value or any(f < 0 for f in value):
                 raise ValueError("features are non-negative indices into the featurizer's space")
-            if len(set(self.features)) != len(self.features):
-                raise ValueError(f"features {self.features} repeat an index; they must be distinct")
-        return self
+            if len(set(value)) != len(value):
+                raise ValueError(f"features {value} repeat an index; they must be distinct")
+        return value
 
 
 class ModelDef(_Strict):
@@ -216,26 +246,30 @@ class ModelDef(_Strict):
 class MetricDef(_Strict):
     kind: Literal[tuple(METRICS)]  # type: ignore[valid-type]
     of: str
-    expected: Optional[str] = None
-    a: Optional[str] = None
-    b: Optional[str] = None
-    target: Optional[str] = None
-    token: Optional[str] = None
+    # validate_default: a column the kind needs and the document omits is refused at its own path.
+    expected: Optional[str] = Field(None, validate_default=True)
+    a: Optional[str] = Field(None, validate_default=True)
+    b: Optional[str] = Field(None, validate_default=True)
+    target: Optional[str] = Field(None, validate_default=True)
+    token: Optional[str] = Field(None, validate_default=True)
     token_form: Literal["space_prefixed"] = "space_prefixed"
 
-    @model_validator(mode="after")
-    def _columns(self) -> "MetricDef":
-        wanted = METRICS[self.kind].columns
-        missing = [c for c in wanted if getattr(self, c) is None]
-        extra = [c for c in ("expected", "a", "b", "target", "token")
-                 if c not in wanted and getattr(self, c) is not None]
-        if missing or extra:
-            spelled = ", ".join(f'"{c}": <column>' for c in wanted)
-            raise ValueError(f"{self.kind} names the column(s) {list(wanted)}"
-                             + (f"; missing {missing}" if missing else "")
-                             + (f"; {extra} belong to other kinds" if extra else "")
-                             + f" — write {{{spelled}}}")
-        return self
+    @field_validator("expected", "a", "b", "target", "token")
+    @classmethod
+    def _column(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
+        kind = info.data.get("kind")
+        if kind is None:
+            return value
+        wanted = METRICS[kind].columns
+        spelled = ", ".join(f'"{c}": <column>' for c in wanted)
+        if info.field_name in wanted and value is None:
+            raise ValueError(f"{kind} names the column(s) {list(wanted)}; missing "
+                             f"{info.field_name!r} — write {{{spelled}}}")
+        if info.field_name not in wanted and value is not None:
+            owners = [k for k, m in METRICS.items() if info.field_name in m.columns]
+            raise ValueError(f"{kind} names the column(s) {list(wanted)}; {info.field_name!r} "
+                             f"belongs to {', '.join(owners)} — write {{{spelled}}}")
+        return value
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -360,7 +394,10 @@ class Spec(_Strict):
 
     @property
     def produced_by(self) -> str:
-        text = json.dumps(self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+        # Keys are sorted so spelling order does not matter — except the steps', which is the
+        # order they run in (a fit before a score is not a score before a fit), so it is kept.
+        payload = {"experiment": self.canonical(), "step_order": list(self.steps)}
+        text = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
         return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -372,12 +409,17 @@ _FIXES = {
 }
 
 
-def document_error(err: ValidationError, prefix: str = "") -> DocumentError:
-    """pydantic's ValidationError as one DocumentError at the first error's document path."""
+def document_error(err: ValidationError, prefix: str = "", raw: Any = None) -> DocumentError:
+    """pydantic's ValidationError as one DocumentError at the first error's document path.
+
+    ``raw`` is the document validated: with it, a union member's name in a location is
+    dropped only where the document has no such key, so a step *called* ``fit`` or
+    ``observe`` keeps its name in the path.
+    """
     lines = []
     first_path = None
     for e in err.errors():
-        loc = [str(p) for p in e["loc"] if not (isinstance(p, str) and p in _TAG_NOISE)]
+        loc = _document_loc(e["loc"], raw)
         path = ".".join(filter(None, [prefix, *loc]))
         msg = e["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(e["type"], "")
@@ -391,9 +433,29 @@ def document_error(err: ValidationError, prefix: str = "") -> DocumentError:
     return DocumentError(path, msg, fix)
 
 
+_MISSING = object()
 # pydantic names the union member it tried inside a location; a document path does not.
 _TAG_NOISE = {"observe", "fit", "weights", "ObserveStep", "FitStep", "WeightsStep",
               "Ref", "float", "str", "function-before[_output(), Output]", "int"}
+
+
+def _document_loc(loc: tuple, raw: Any) -> list[str]:
+    """A pydantic location as document path parts, without the union members it tried."""
+    out: list[str] = []
+    here = raw if raw is not None else _MISSING
+    for part in loc:
+        if isinstance(part, str) and part in _TAG_NOISE:
+            present = isinstance(here, dict) and part in here
+            if not present:
+                continue  # pydantic's name for the union member, not a key of the document
+        out.append(str(part))
+        if isinstance(here, dict):
+            here = here.get(part, _MISSING) if isinstance(part, str) else _MISSING
+        elif isinstance(here, list) and isinstance(part, int) and 0 <= part < len(here):
+            here = here[part]
+        else:
+            here = _MISSING
+    return out
 
 
 def validate_spec(raw: Any, *, prefix: str = "") -> Spec:
@@ -403,6 +465,6 @@ def validate_spec(raw: Any, *, prefix: str = "") -> Spec:
     try:
         return Spec.model_validate(raw)
     except ValidationError as err:
-        raise document_error(err, prefix) from None
+        raise document_error(err, prefix, raw) from None
     except CausalabError:
         raise
