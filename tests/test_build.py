@@ -671,3 +671,26 @@ def test_compiling_with_torch_loads_no_weights(weights_document):
         assert by & set(stack), (name, stack[:6])
     assert {n for n, _, s in openers if "loading.py:weights_digest" in s} == {"model.safetensors"}
     assert {n for n, _, s in openers if "featurizer_files.py:header" in s} == {"pca.safetensors"}
+
+
+def _pca_harvest(pos, k: int) -> dict:
+    doc = base()
+    iv(doc)["reads"]["acts"] = {"site": "target", "pos": pos, "input": "base"}
+    doc["steps"] = {"harvest": {"kind": "observe", "interventions": "patching",
+                                "rows": {"base": "weekdays/train", "counterfactual": "weekdays/train"},
+                                "outputs": {"basis": {"read": "acts", "reduce": "pca", "k": k}}}}
+    return doc
+
+
+def test_a_pca_over_too_few_vectors_is_refused_at_compile_time(tmp_path):
+    # Four rows read at one position each are four vectors: no rank-4 PCA (it needs five).
+    n = len(rows("weekdays/train"))
+    refused(_pca_harvest(-1, n), tmp_path, CompileError, "steps.harvest.outputs.basis.k",
+            f"{n} vectors", f"rank-{n}")
+    compile_doc(_pca_harvest(-1, n - 1), tmp_path)  # k+1 vectors is enough
+    compile_doc(_pca_harvest({"all": True}, n), tmp_path)  # every token: plenty
+
+
+def test_a_pca_wider_than_its_read_is_refused(tmp_path, config):
+    refused(_pca_harvest({"all": True}, config.hidden_size + 1), tmp_path, CompileError,
+            "steps.harvest.outputs.basis.k", "more directions")

@@ -91,7 +91,10 @@ class Ref:
         handles.append(self.model.lm_head.register_forward_hook(capture_output(head, "out")))
         try:
             with torch.no_grad():
-                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+                # No cache, as the engines call it: on Gemma-2 building one takes another mask
+                # path whose logits are ~2e-6 away.
+                logits = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                                    use_cache=False).logits
             return logits if what == "logits" else head["out"]
         finally:
             for h in handles:
@@ -578,8 +581,14 @@ def test_batch_size_one_agrees_with_the_whole_batch(models, tmp_path, key):
 def test_provenance(models, tmp_path):
     engine, _ = models("tiny-gpt2")
     plan = run_doc(engine, tmp_path, patch_doc("tiny-gpt2", {"component": "block_output", "layers": [0]}))
-    assert plan.provenance == {"engine": "HooksEngine", "remote": False, "batch_size": None,
-                               "served_dtype": "torch.float32"}
+    import importlib.metadata as md
+
+    record = plan.provenance
+    assert {k: record[k] for k in ("engine", "remote", "batch_size", "served_dtype")} == {
+        "engine": "HooksEngine", "remote": False, "batch_size": None, "served_dtype": "torch.float32"}
+    assert record["versions"] == {p: md.version(p) for p in
+                                  ("torch", "transformers", "nnsight", "nnterp", "pydantic")}
+    assert len(record["causalab_mini"]) == 64 and int(record["causalab_mini"], 16) >= 0
 
 
 def test_generation_is_unsupported(models, tmp_path):

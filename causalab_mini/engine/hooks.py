@@ -20,7 +20,7 @@ from typing import Any, ClassVar, Optional
 import torch
 
 from ..errors import EngineError, Unsupported
-from . import loading, steps, taps
+from . import loading, provenance, steps, taps
 from .base import Engine
 from .facts import ModelFacts
 from .standardize import Standardized, standardize
@@ -134,7 +134,9 @@ class HooksEngine(Engine):
         self.model = model
         self._facts = facts  # holds the tokenizer: one object answers compile time and run time
         self._std = std
-        self._project = taps.logit_projection(std.ln_final, std.lm_head, facts.softcap)
+        # `.forward`, not the module call: a lens projects through the final norm and the head
+        # outside their place in the model, and must not fire the taps registered on them.
+        self._project = taps.logit_projection(std.ln_final.forward, std.lm_head.forward, facts.softcap)
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -191,10 +193,7 @@ class HooksEngine(Engine):
         if any(p.is_meta for p in self.model.parameters()):
             raise EngineError("model", "the hooks engine holds a model with no weights (a meta shell), "
                               "which has nowhere to run", "load it with its weights")
-        plan.provenance.update({
-            "engine": type(self).__name__, "remote": False, "batch_size": batch_size,
-            "served_dtype": str(next(self.model.parameters()).dtype),
-        })
+        plan.provenance.update(provenance.record(self, False, batch_size))
         steps.run(self, plan, batch_size=batch_size)
         return plan
 
@@ -204,17 +203,12 @@ class HooksEngine(Engine):
             raise Unsupported(forward.model, f"forward {forward.model!r} generates {forward.decode} "
                               "tokens, and the hooks engine does not generate in this version",
                               "run it with --engine nnterp, or read from the prompt only")
-        device = self._std.embed_tokens.weight.device
-        ids = torch.tensor(forward.ids, dtype=torch.long, device=device)
-        mask = torch.tensor(forward.mask, dtype=torch.long, device=device)
-        # Left padding: without position ids an absolute-position family (GPT-2) puts
-        # every short row's first token at the padding's position.
-        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        inputs = taps.model_inputs(forward, self._std.embed_tokens.weight.device)
         handles = []
         try:
             for tap in forward.taps:
                 handles.append(_hook(self._std, tap, forward, values, featurizers, self._project))
-            self.model(input_ids=ids, attention_mask=mask, position_ids=position_ids, use_cache=False)
+            self.model(**inputs)
         finally:
             for handle in handles:
                 handle.remove()

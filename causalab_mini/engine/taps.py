@@ -74,3 +74,19 @@ def logit_projection(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], 
         return y
 
     return project
+
+
+def model_inputs(forward: Forward, device) -> dict:
+    """The keyword arguments of one forward's model call — the same on both engines.
+
+    Position ids count each row's real tokens from 0. transformers derives none from the
+    mask, and an absolute-position family (GPT-2) would otherwise put a left-padded row's
+    first token at the padding's position: the same prompt moves by ~4 logits with the
+    width of its batch. Rotary families are unmoved by the shift, up to rounding. No cache:
+    one forward has nothing to reuse, and on Gemma-2 building one takes another mask path
+    whose logits are ~2e-6 away — both engines (and a reference) must make the same call.
+    """
+    ids = torch.tensor(forward.ids, dtype=torch.long, device=device)
+    mask = torch.tensor(forward.mask, dtype=torch.long, device=device)
+    return {"input_ids": ids, "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0), "use_cache": False}

@@ -128,9 +128,25 @@ class _PointCompiler:
         n = len(next(iter(loaded.values())).rows)
         obs = self._pass(sname, sname, step.interventions, loaded, range(n), step)
         for oname, out in step.outputs.items():
-            read = next(r for f in obs.forwards for r in f.reads if r.name == out.read)
+            forward, read = next((f, r) for f in obs.forwards for r in f.reads if r.name == out.read)
+            if out.reduce == "pca":
+                self._check_pca(f"steps.{sname}.outputs.{oname}", out.k, read, forward)
             self.published[oname] = None if out.reduce == "pca" else read.width
         return obs
+
+    def _check_pca(self, path: str, k: int, read: ReadOp, forward: Forward) -> None:
+        """A rank-k PCA needs k+1 vectors at least and k <= d; both are known here for a fixed cut."""
+        if k > read.width:
+            raise CompileError(f"{path}.k", f"k={k} is more directions than the read's {read.width}",
+                               f"use k <= {read.width}")
+        if not read.where.fixed:
+            return
+        spans = locate.content_spans(forward.mask, len(locate.special_prefix(self.tok)))
+        vectors = sum(len(w or ()) for w in locate.cut_rows(spans, read.where))
+        if vectors < k + 1:
+            raise CompileError(f"{path}.k", f"read {read.name!r} gives {vectors} vectors, too few for "
+                               f"a rank-{k} PCA (it needs at least {k + 1})",
+                               "harvest more vectors (every token: {\"all\": true}) or lower k")
 
     def fit(self, sname: str, step: FitStep) -> Fit:
         path = f"steps.{sname}"

@@ -1,0 +1,327 @@
+"""NNterpEngine: the plan walked through nnsight, at nnterp's standardized names.
+
+The whole request is one ``model.session(...)`` around the shared walk
+(``steps.run``); each Forward inside it is one ``model.trace(...)``. At each tap
+the engine only finds the activation — ``(rows, seq, width)`` — at an address
+and puts back what ``taps.run_tap`` returns; what a tap means is shared with the
+hooks engine.
+
+Where an address is, in nnterp's names:
+
+    embeddings        embed_tokens.output
+    block_input       layers_input[l]           (layers[l].input)
+    block_output      layers_output[l]          (layers[l].output, element 0 of a tuple)
+    attention_output  attentions_output[l]      (element 0: the attention returns a tuple)
+    mlp_input         mlps_input[l]
+    mlp_output        mlps_output[l]
+    attention_z       the input of the attention's output projection (o_proj; GPT-2 c_proj)
+    mlp_hidden        the input of the MLP's down projection (down_proj; GPT-2 c_proj)
+    attention_query   ┐ the q / k / v arguments of the attention's ``attention_interface(``
+    attention_key     ├ call: after the projection, the head reshape and the rotary embedding,
+    attention_value   ┘ shown as (rows, seq, heads·head_dim)
+    ln_final          ln_final.output
+    lm_head           lm_head.output
+    logits            the model's output ``.logits`` (after Gemma-2's final softcap; last)
+    attention_probs   refused (Unsupported): it needs eager attention, chosen at load
+
+nnsight 0.7.0 facts this module is built on (see tests/test_nnterp_engine.py):
+
+* A trace's body is compiled from this file's source, so the trace blocks live here.
+* Values are fetched in forward order (a later module first raises MissedProviderError).
+  Taps that share one hooked value — several selections of one block output, or q, k
+  and v, three arguments of one call — are grouped: fetched once, each tap's writes
+  applied in order, stored once.
+* The trace body runs on nnsight's worker thread, where the caller's grad mode is not
+  in force (torch's grad mode is per thread): the body sets it again.
+* ``nnsight.save`` marks by ``id`` in a process-wide set that every *root* trace clears
+  when it exits — and each ``model.trace`` inside the walk is a root trace (its frame is
+  a plain function's, not a compiled trace body). So the session saves what comes home
+  after the walk, never before it.
+* nnsight re-raises an error from inside a trace or a session as a subclass of its type
+  whose text is a traceback; this project's own refusals are re-raised as themselves.
+"""
+from __future__ import annotations
+
+import itertools
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from ..errors import CausalabError, CompileError, EngineError, Unsupported
+from ..plan import plan as plan_module
+from . import loading, provenance, steps, taps
+from .facts import ModelFacts
+from .standardize import DOWN_PROJECTION_NAMES, OUTPUT_PROJECTION_NAMES
+
+# The call whose arguments are q, k and v after reshape and rotary, matched on the source
+# line: nnsight names an operation {callable}_{occurrence}, and a line is what a reader sees.
+INTERIOR_CALL = "attention_interface("
+QKV_ARGUMENT = {"attention_query": 1, "attention_key": 2, "attention_value": 3}  # (self, q, k, v, mask, …)
+
+
+# --- where a value is, and how the activation sits in it ---------------------
+
+def _first(value):
+    return value[0] if isinstance(value, tuple) else value
+
+
+def _put_first(value, new):
+    return (new, *value[1:]) if isinstance(value, tuple) else new
+
+
+def _itself(value):
+    return value
+
+
+def _replaced(value, new):
+    return new
+
+
+def _logits(output):
+    return output.logits
+
+
+def _put_logits(output, new):
+    output["logits"] = new  # a ModelOutput: item assignment sets the attribute too
+    return output
+
+
+def _heads(index: int) -> tuple[Callable, Callable]:
+    """get/put for one (rows, heads, seq, head_dim) argument of a call, seen as (rows, seq, heads·head_dim)."""
+    def get(inputs):
+        x = inputs[0][index]
+        rows, heads, seq, dim = x.shape
+        return x.transpose(1, 2).reshape(rows, seq, heads * dim)
+
+    def put(inputs, new):
+        args, kwargs = inputs
+        rows, heads, seq, dim = args[index].shape
+        args = (*args[:index], new.reshape(rows, seq, heads, dim).transpose(1, 2), *args[index + 1:])
+        return args, kwargs
+
+    return get, put
+
+
+@dataclass(frozen=True)
+class _Point:
+    """One value nnsight hands over: an envoy's (or a call's) output, input or inputs."""
+
+    key: tuple  # taps with one key share one fetch
+    envoy: Any  # an Envoy, or an OperationEnvoy of a module's .source
+    attr: str  # "output", "input" or "inputs"
+    get: Callable  # value -> the activation (rows, seq, width)
+    put: Callable  # (value, activation) -> value
+
+    def fetch(self):
+        return getattr(self.envoy, self.attr)
+
+    def store(self, value) -> None:
+        setattr(self.envoy, self.attr, value)
+
+
+def _child(envoy, names: tuple[str, ...], what: str, path: str):
+    """The one child of ``envoy``'s module named in ``names``; refuses to guess between several."""
+    found = [n for n, _ in envoy._module.named_children() if n in names]
+    if len(found) != 1:
+        raise CompileError(f"{path}.component", f"cannot find {what} in {type(envoy._module).__name__}: "
+                           f"{'no child' if not found else 'children ' + ', '.join(found)} among "
+                           f"{list(names)}", "this family's layout is not one the nnterp engine knows")
+    return getattr(envoy, found[0])
+
+
+class NNterpEngine:
+    name = "nnterp"
+
+    def __init__(self, model, facts: ModelFacts):
+        self.model = model  # nnterp.StandardizedTransformer, dispatched and frozen
+        self._facts = facts
+        self._calls: dict[int, str] = {}  # layer -> the attention_interface call's operation name
+
+    # --- load -----------------------------------------------------------------
+    @classmethod
+    def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
+             trust_remote_code=False) -> "NNterpEngine":
+        from nnterp import StandardizedTransformer  # ~5 s: only this engine pays it
+
+        ref = loading.model_ref(model_ref)
+        resolved = loading.resolve(ref.key, ref.revision, document=document, roots=models)
+        roots = loading.model_roots(models, document)
+        # Config and tokenizer read the way explain reads them, so a missing model is refused
+        # as a ModelError naming the key rather than inside nnsight — and nnsight is handed
+        # that tokenizer, so the compiler and the run share one object.
+        config = loading.load_config(resolved, roots)
+        tokenizer = loading.load_tokenizer(resolved, roots)
+        # dispatch=True: nnsight otherwise loads weights on the first trace by *replacing*
+        # the module, and a freeze applied before that would not be what runs.
+        model = StandardizedTransformer(
+            resolved.source, revision=loading.hub_revision(resolved), dispatch=True, tokenizer=tokenizer,
+            device_map=device_map, dtype=loading.torch_dtype(ref), trust_remote_code=trust_remote_code)
+        loading.freeze(model._model)
+        return cls(model, ModelFacts.from_config(config, tokenizer, key=ref.key, revision=resolved.revision))
+
+    # --- compile-time members ---------------------------------------------------
+    @property
+    def num_layers(self) -> int:
+        return self._facts.num_layers
+
+    def width(self, component: str) -> int:
+        return self._facts.width(component)
+
+    def heads(self, component: str) -> int:
+        return self._facts.heads(component)
+
+    @property
+    def tokenizer(self):
+        return self._facts.tokenizer
+
+    def locate(self, site, *, path: str, engine=None):
+        address = self._facts.locate(site, path=path, engine=engine or self.name)
+        if address.component == "attention_probs":
+            raise Unsupported(f"{path}.component", "attention_probs is not implemented on the nnterp "
+                              "engine yet (it needs eager attention chosen at load)",
+                              "read attention_z, or the q/k/v components")
+        self._point(address, path)  # every interior and projection is found now, not in a trace
+        return address
+
+    # --- run ----------------------------------------------------------------------
+    def execute(self, plan, *, remote=False, batch_size=None):
+        """One session around the whole walk; ``remote="local"`` is nnsight's simulated round trip."""
+        import nnsight
+
+        options = _session_options(self.model, remote)
+        plan.provenance.update(provenance.record(self, remote, batch_size))
+        engine, model = self, self.model
+        # The block names only locals. nnsight ships the block's code with its module
+        # globals, and its local simulation re-imports those with user modules blocked —
+        # a second ``causalab_mini`` whose Plan is not the class of this plan — while the
+        # locals are the caller's own objects. Remotely both resolve by import on the server.
+        walk, results_of, save = steps.run, plan_module.results_of, nnsight.save
+        with _plain_errors(), model.session(**options):
+            walk(engine, plan, batch_size=batch_size)
+            # What comes home is plain — strings and tensors by step path. Saved after the
+            # walk: each trace inside it clears nnsight 0.7.0's saved set on exit.
+            home = results_of(plan)
+            # A server serves the dtype it chose; say what ran.
+            home["served_dtype"] = str(model.lm_head.weight.dtype)
+            save(home)
+        plan.provenance["served_dtype"] = home.pop("served_dtype")
+        plan_module.fill(plan, home)
+        return plan
+
+    def forward(self, forward, values: dict, featurizers: dict) -> None:
+        if forward.decode:
+            raise Unsupported(f"forward {forward.model!r} on {forward.input!r}",
+                              "generation (decode) is not implemented on the nnterp engine yet",
+                              "run documents without decode")
+        groups = self._groups(forward.taps)
+        model = self.model
+        project = taps.logit_projection(model.ln_final, model.lm_head, self._facts.softcap)
+        inputs = taps.model_inputs(forward, model._model.get_input_embeddings().weight.device)
+        grad = torch.is_grad_enabled()  # the trace body runs in nnsight's worker thread
+        with _plain_errors(), model.trace(inputs):
+            with torch.set_grad_enabled(grad):
+                for group in groups:
+                    value = group[0][0].fetch()
+                    written = False
+                    for point, tap in group:
+                        act = taps.run_tap(point.get(value), tap, forward, values, featurizers, project)
+                        if tap.writes:
+                            value, written = point.put(value, act), True
+                    if written:
+                        group[0][0].store(value)
+
+    # --- addresses --------------------------------------------------------------------
+    def _groups(self, tap_list) -> list[list[tuple[_Point, Any]]]:
+        """(point, tap) pairs in the taps' (forward) order, grouped by the value they share."""
+        groups, seen = [], set()
+        points = [(self._point(t.address, t.address.spelling()), t) for t in tap_list]
+        for key, run in itertools.groupby(points, key=lambda pt: pt[0].key):
+            run = list(run)
+            if key in seen:
+                raise EngineError(run[0][1].address.spelling(), "taps sharing one value are not "
+                                  "adjacent in the forward's order", "compile the plan again")
+            seen.add(key)
+            groups.append(run)
+        return groups
+
+    def _point(self, address, path: str) -> _Point:
+        model, component, layer = self.model, address.component, address.layer
+        key = (component, layer)
+        if component == "embeddings":
+            return _Point(key, model.embed_tokens, "output", _first, _put_first)
+        if component == "block_input":
+            return _Point(key, model.layers[layer], "input", _itself, _replaced)
+        if component == "block_output":
+            return _Point(key, model.layers[layer], "output", _first, _put_first)
+        if component == "attention_output":
+            return _Point(key, model.attentions[layer], "output", _first, _put_first)
+        if component == "mlp_input":
+            return _Point(key, model.mlps[layer], "input", _itself, _replaced)
+        if component == "mlp_output":
+            return _Point(key, model.mlps[layer], "output", _first, _put_first)
+        if component == "attention_z":
+            proj = _child(model.attentions[layer], OUTPUT_PROJECTION_NAMES, "the output projection", path)
+            return _Point(key, proj, "input", _itself, _replaced)
+        if component == "mlp_hidden":
+            proj = _child(model.mlps[layer], DOWN_PROJECTION_NAMES, "the down projection", path)
+            return _Point(key, proj, "input", _itself, _replaced)
+        if component in QKV_ARGUMENT:
+            call = getattr(model.attentions[layer].source, self._call(layer, path))
+            return _Point(("attention_call", layer), call, "inputs", *_heads(QKV_ARGUMENT[component]))
+        if component == "ln_final":
+            return _Point(key, model.ln_final, "output", _first, _put_first)
+        if component == "lm_head":
+            return _Point(key, model.lm_head, "output", _first, _put_first)
+        if component == "logits":
+            return _Point(key, model, "output", _logits, _put_logits)
+        raise Unsupported(f"{path}.component", f"{component} is not implemented on the nnterp engine",
+                          "use another component")
+
+    def _call(self, layer: int, path: str) -> str:
+        """The operation name of layer ``layer``'s ``attention_interface(`` call, found on its source line."""
+        name = self._calls.get(layer)
+        if name is None:
+            accessor = self.model.attentions[layer].source.accessor
+            lines = accessor.source.split("\n")[1:]  # line_numbers count from the line after ``def``
+            callable_name = INTERIOR_CALL[:-1]
+            hits = [op for op, line in accessor.line_numbers.items()
+                    if INTERIOR_CALL in lines[line] and op.rsplit("_", 1)[0] == callable_name]
+            if len(hits) != 1:
+                raise CompileError(f"{path}.component", f"layer {layer}'s attention forward has "
+                                   f"{len(hits)} calls on a line containing {INTERIOR_CALL!r} "
+                                   f"({', '.join(hits) or 'none'}), so q/k/v cannot be addressed",
+                                   "this family's attention is not one the nnterp engine knows")
+            name = self._calls[layer] = hits[0]
+        return name
+
+
+def _session_options(model, remote) -> dict:
+    """``model.session`` arguments: NDIF for ``remote=True``, nnsight's local simulation for "local"."""
+    if remote == "local":
+        from nnsight.intervention.backends.local_simulation import LocalSimulationBackend
+
+        # session(remote=...) takes only a bool in nnsight 0.7.0; the simulated round trip
+        # (serialize, deserialize with user modules blocked, execute) is a backend.
+        return {"backend": LocalSimulationBackend(model)}
+    if remote not in (True, False):
+        raise EngineError("remote", f"remote={remote!r} is not a way to run", "pass True, False or \"local\"")
+    if remote and Path(str(model.repo_id)).is_dir():
+        raise EngineError("remote", f"the model was loaded from a local directory ({Path(model.repo_id).name}), "
+                          "which NDIF does not have", "name a hub id the server serves, or run locally")
+    return {"remote": remote}
+
+
+@contextmanager
+def _plain_errors():
+    """This project's refusals out of a trace or session as themselves, not as nnsight's wrapper."""
+    from nnsight.intervention.tracing.util import ExceptionWrapper
+
+    try:
+        yield
+    except ExceptionWrapper as err:
+        if isinstance(err.original, CausalabError):
+            raise err.original from None
+        raise

@@ -1,0 +1,72 @@
+"""What ran: the record ``run.json`` holds, the same for both engines.
+
+The engine's class, whether it ran remotely, the batch size, the versions of
+the packages whose code decides what a block does, a digest of this package's
+own source, and the dtype the model was served in. No hostname, no timestamp,
+no absolute path: a record has to be byte-identical across machines to be worth
+comparing.
+"""
+from __future__ import annotations
+
+import hashlib
+from functools import lru_cache
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Optional
+
+PACKAGES = ("torch", "transformers", "nnsight", "nnterp", "pydantic")
+_ROOT = Path(__file__).resolve().parents[1]  # the causalab_mini package directory
+
+
+def versions() -> dict[str, Optional[str]]:
+    """Installed version of each package in ``PACKAGES`` (None where one is not installed)."""
+    return dict(_versions())
+
+
+@lru_cache(maxsize=1)
+def _versions() -> tuple[tuple[str, Optional[str]], ...]:
+    # Once per process: importlib.metadata parses a METADATA file per package, ~4 ms each,
+    # which was half the time of a small run.
+    found = []
+    for name in PACKAGES:
+        try:
+            found.append((name, metadata.version(name)))
+        except metadata.PackageNotFoundError:
+            found.append((name, None))
+    return tuple(found)
+
+
+@lru_cache(maxsize=1)
+def source_digest() -> str:
+    """sha256 over every ``.py`` file under ``causalab_mini/``: sorted relative path, then bytes."""
+    outer = hashlib.sha256()
+    for path in sorted(_ROOT.rglob("*.py"), key=lambda p: p.relative_to(_ROOT).as_posix()):
+        rel = path.relative_to(_ROOT).as_posix()
+        outer.update(rel.encode() + b"\0")
+        outer.update(hashlib.sha256(path.read_bytes()).digest())
+    return outer.hexdigest()
+
+
+def served_dtype(model: Any) -> str:
+    """``str`` of the unembedding weight's dtype: what the model was actually served in.
+
+    ``model`` is either engine's: nnterp's wrapper (its torch model under ``_model``)
+    or a plain Hugging Face model.
+    """
+    torch_model = getattr(model, "_model", model)
+    head = torch_model.get_output_embeddings() if hasattr(torch_model, "get_output_embeddings") else None
+    if head is None:
+        head = getattr(torch_model, "lm_head")
+    return str(head.weight.dtype)
+
+
+def record(engine: Any, remote: Any, batch_size: Optional[int]) -> dict:
+    """The run record of a run by ``engine`` (a loaded engine instance)."""
+    return {
+        "engine": type(engine).__name__,
+        "remote": remote,
+        "batch_size": batch_size,
+        "versions": versions(),
+        "causalab_mini": source_digest(),
+        "served_dtype": served_dtype(engine.model),
+    }
