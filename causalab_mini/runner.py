@@ -40,14 +40,31 @@ def execute(raw: dict, engine, *, document: Optional[Path] = None, data=None,
     return engine.execute(plan, remote=remote, batch_size=batch_size)
 
 
+def _bar(name: str, done: int, total: int) -> None:
+    width = 24
+    filled = width * done // total
+    end = "\n" if done == total else ""
+    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name}\033[K", end=end,
+          file=sys.stderr, flush=True)
+
+
 def run_cli(args) -> int:
+    from contextlib import nullcontext
+
+    from .engine import steps
     from .plan.write import write
 
     document = Path(args.document)
     raw = documents.read(document)
+    # --engine ndif is the nnterp engine with the session sent to NDIF: the only difference
+    # between running here and there is the session's `remote` flag.
+    remote = args.engine == "ndif"
     engine = load_engine(raw, engine=args.engine, document=document, models=args.models,
                          device_map=args.device_map, trust_remote_code=args.trust_remote_code)
-    plan = execute(raw, engine, document=document, data=args.data, batch_size=args.batch_size)
+    progress = nullcontext() if args.quiet or not sys.stderr.isatty() else steps.reporting(_bar)
+    with progress:
+        plan = execute(raw, engine, document=document, data=args.data, batch_size=args.batch_size,
+                       remote=remote)
     for path in write(plan, Path(args.out), plan.provenance):
         print(path)
     sys.stdout.flush()

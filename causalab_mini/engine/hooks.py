@@ -144,6 +144,7 @@ class HooksEngine(Engine):
     def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
              trust_remote_code=False) -> "HooksEngine":
         """The document's model as a frozen ``AutoModelForCausalLM``, its modules standardized."""
+        loading.quiet_loading()
         from transformers import AutoModelForCausalLM
 
         ref = loading.model_ref(model_ref)

@@ -200,3 +200,10 @@ def freeze(model):
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+def quiet_loading() -> None:
+    """No "Loading weights" bar from transformers: stderr belongs to the run's own progress and refusals."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()

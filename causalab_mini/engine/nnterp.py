@@ -144,7 +144,10 @@ class NNterpEngine:
     @classmethod
     def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
              trust_remote_code=False) -> "NNterpEngine":
+        """The document's model through nnterp, weights dispatched at load, then frozen."""
         from nnterp import StandardizedTransformer  # ~5 s: only this engine pays it
+
+        loading.quiet_loading()
 
         ref = loading.model_ref(model_ref)
         resolved = loading.resolve(ref.key, ref.revision, document=document, roots=models)

@@ -8,8 +8,9 @@ both engines share them unchanged.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -35,14 +36,34 @@ class State:
     featurizers: dict = field(default_factory=dict)
 
 
+# Told after each sweep point finishes: (point name, done, total). A process-wide slot
+# rather than an argument, because the walk may run inside an engine's session on
+# another thread, and the engine contract has no say in how a caller reports progress.
+_progress: list = []
+
+
+@contextmanager
+def reporting(callback: Callable[[str, int, int], None]):
+    """Call ``callback(name, done, total)`` after every sweep point of runs inside the block."""
+    _progress.append(callback)
+    try:
+        yield
+    finally:
+        _progress.remove(callback)
+
+
 def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State] = None):
     state = state or State()
     if isinstance(step, Plan):
-        for child in step.steps.values():
+        points = [n for n, c in step.steps.items() if isinstance(c, Plan)]
+        for name, child in step.steps.items():
             # A nested plan (a sweep point) gets its own outputs and the same featurizers,
             # so points cannot see each other's published values.
             sub = State(featurizers=state.featurizers) if isinstance(child, Plan) else state
             run(engine, child, batch_size=batch_size, state=sub)
+            if isinstance(child, Plan):
+                for callback in _progress:
+                    callback(name, points.index(name) + 1, len(points))
         return step
     if isinstance(step, Observe):
         with torch.no_grad():
