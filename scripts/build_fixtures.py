@@ -22,12 +22,12 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 
 import json
 import random
-import re
+import shutil
 import string
 from pathlib import Path
 
 import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
@@ -191,18 +191,18 @@ def corpus_pieces() -> list[tuple[str, str]]:
     are repeated so that each of the three forms is 49 rows of the batch: the
     plain prompt is the one the experiments and the accuracy check use most.
     """
-    pieces: list = []
+    out: list = []
     for day in DAYS:
-        pieces += [(WEEKDAY_PROMPT.format(day=day), " " + next_day(day))] * len(DAYS)
+        out += [(WEEKDAY_PROMPT.format(day=day), " " + next_day(day))] * len(DAYS)
     for named in DAYS:
         for day in DAYS:
             messages = chat_messages(day)
             messages[1] = {"role": "assistant", "content": f"{named}."}
-            pieces.append((messages, " " + next_day(day)))
+            out.append((messages, " " + next_day(day)))
     for k, number in enumerate(NUMBERS, start=1):
         for day in DAYS:
-            pieces.append((ARITHMETIC_PROMPT.format(number=number, day=day), " " + next_day(day, k)))
-    return pieces
+            out.append((ARITHMETIC_PROMPT.format(number=number, day=day), " " + next_day(day, k)))
+    return out
 
 
 def tokenizer_corpus(datasets: dict[str, list[dict]]) -> list[str]:
@@ -247,8 +247,14 @@ def train_sentencepiece_style(corpus: list[str], vocab_size: int, specials: list
     prepend_scheme="first" adds the '▁' only at the very start of the text, not
     after every special token, which is what a chat template's `<s>[INST]` needs.
     """
-    tok = Tokenizer(models.BPE(unk_token=specials[specials.index("<unk>")] if "<unk>" in specials else None))
-    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True)
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    # Punctuation is its own piece (with the word-start mark before it, if any),
+    # as sentencepiece's split_by_unicode_script makes it: without this the
+    # trainer merges "Thursday," into one token.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="first", split=True),
+        pre_tokenizers.Split(Regex(r"▁?[^\w\s▁]"), behavior="isolated"),
+    ])
     tok.decoder = decoders.Metaspace(replacement="▁", prepend_scheme="first", split=True)
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -283,6 +289,7 @@ def wrap(tok: Tokenizer, *, bos, eos, unk, pad, chat_template=None) -> PreTraine
     """The transformers tokenizer around a trained one. BOS comes from the
     backend's own post-processor (it is what survives a reload), not from an
     add_bos_token flag."""
+    extra = {"chat_template": chat_template} if chat_template else {}
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token=bos,
@@ -291,17 +298,17 @@ def wrap(tok: Tokenizer, *, bos, eos, unk, pad, chat_template=None) -> PreTraine
         pad_token=pad,
         padding_side="left",  # a decode appends on the right, so batches pad on the left
         model_max_length=128,
-        chat_template=chat_template,
         clean_up_tokenization_spaces=False,  # decode must round-trip text
+        **extra,
     )
 
 
 # Vocabulary sizes, chosen by where the merges stop on this corpus. tiny-llama's
 # is small enough that weekdays come in different lengths (" Monday" one piece,
-# " Tuesday" three, " Thursday" four), so an anchored position lands at
-# different indices on different rows; tiny-gpt2 splits a few in two;
-# tiny-gemma2's is large enough that every weekday is one piece.
-VOCAB = {"tiny-llama": 170, "tiny-gpt2": 322, "tiny-gemma2": 224}
+# " Tuesday" three, " Thursday" four), so one anchored spec lands at different
+# indices on different rows; tiny-gpt2 splits a few weekdays in two;
+# tiny-gemma2's is large enough that every word of the corpus is one piece.
+VOCAB = {"tiny-llama": 162, "tiny-gpt2": 322, "tiny-gemma2": 200}
 # Which families put a BOS before every prompt (what the empty string encodes to).
 HAS_BOS = {"tiny-llama": True, "tiny-gpt2": False, "tiny-gemma2": True}
 
@@ -333,9 +340,23 @@ def check_tokenizer(name: str, tok) -> None:
     assert tok.unk_token_id is None or tok.unk_token_id not in ids, name
     for text in (sample, "Q: What day is two days after Tuesday?\nA: Thursday", string.printable.strip()):
         assert tok.decode(tok(text)["input_ids"], skip_special_tokens=True) == text, (name, text)
+    if name == "tiny-llama":
+        rendered = tok.apply_chat_template(chat_messages("Thursday"), tokenize=False)
+        assert rendered == (
+            "<s>[INST] Name a weekday. [/INST] Thursday. </s><s>[INST] If today is Thursday, tomorrow is [/INST]"
+        ), rendered
 
 
 # --------------------------------------------------------------------------- models
+
+# A cap this low binds on a trained model, so `logits` (capped) and the raw
+# lm_head output differ by a clearly measurable amount, which is what the
+# tests of the capping family need.
+GEMMA_SOFTCAP = 5.0
+# (seed, AdamW steps, learning rate) per model, each step on the whole corpus
+# as one batch. At 1e-2 GPT-2's loss climbs back up, so it takes a smaller rate
+# for longer.
+TRAINING = {"tiny-llama": (1, 300, 1e-2), "tiny-gpt2": (2, 500, 3e-3), "tiny-gemma2": (3, 300, 1e-2)}
 
 
 def model_config(name: str, tok) -> object:
@@ -352,22 +373,18 @@ def model_config(name: str, tok) -> object:
             resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **ids,
         )
     if name == "tiny-gemma2":
-        # A cap this low binds on a trained model, so `logits` (capped) and the
-        # raw lm_head output differ by a measurable amount — what the tests of
-        # the capping family need.
         return Gemma2Config(
             vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
             num_key_value_heads=4, head_dim=8, intermediate_size=64, max_position_embeddings=128,
             query_pre_attn_scalar=8,  # = head_dim, as the released Gemma-2 checkpoints have it
+            # Gemma-2 normalizes each sublayer's output before adding it to the
+            # residual, so from the default 0.02 init the (sqrt(d)-scaled) token
+            # embeddings are drowned out and training settles on predicting one
+            # day for every prompt; a larger init keeps the token identity.
+            initializer_range=0.1,
             final_logit_softcapping=GEMMA_SOFTCAP, attn_implementation="eager", **ids,
         )
     raise KeyError(name)
-
-
-GEMMA_SOFTCAP = 5.0
-SEEDS = {"tiny-llama": 1, "tiny-gpt2": 2, "tiny-gemma2": 3}
-TRAIN_STEPS = 300
-LEARNING_RATE = 1e-2
 
 
 def render(tok, prompt) -> str:
@@ -398,41 +415,43 @@ def encode_corpus(tok) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 
 def train(name: str, tok):
-    torch.manual_seed(SEEDS[name])
+    seed, steps, lr = TRAINING[name]
+    torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(model_config(name, tok))
     ids, mask, labels = encode_corpus(tok)
-    opt = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     model.train()
-    for step in range(TRAIN_STEPS):
-        loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+    for _ in range(steps):
+        loss = model(input_ids=ids, attention_mask=mask, labels=labels, use_cache=False).loss
         opt.zero_grad()
         loss.backward()
         opt.step()
     model.eval()
-    print(f"  {name}: final training loss {loss.item():.3f} after {TRAIN_STEPS} steps")
+    print(f"  {name}: final training loss {loss.item():.3f} after {steps} steps")
     return model
-
-
-@torch.no_grad()
-def next_token_logits(model, tok, prompts) -> torch.Tensor:
-    enc = tok(prompts, return_tensors="pt", padding=True)
-    return model(**enc).logits[:, -1]
 
 
 def first_answer_token(tok, answer: str) -> int:
     return tok(answer, add_special_tokens=False)["input_ids"][0]
 
 
+@torch.no_grad()
 def accuracy(model, tok, rows) -> float:
-    """Share of rows whose argmax next token is the first token of base_answer."""
-    prompts = [render(tok, r["input"]) for r in rows]
-    if not isinstance(rows[0]["input"], str) and tok.chat_template:
-        enc = tok(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-        logits = model(**enc).logits[:, -1]
-    else:
-        logits = next_token_logits(model, tok, prompts)
-    want = torch.tensor([first_answer_token(tok, r["base_answer"]) for r in rows])
-    return (logits.argmax(-1) == want).float().mean().item()
+    """Share of rows whose argmax next token is the first token of base_answer.
+
+    One unpadded prompt at a time: under left padding GPT-2's learned positions
+    would shift unless position_ids were passed.
+    """
+    hits = 0
+    for row in rows:
+        prompt = row["input"]
+        if isinstance(prompt, list) and tok.chat_template:
+            ids = tok.apply_chat_template(prompt, return_tensors="pt", return_dict=True)
+        else:
+            ids = tok(render(tok, prompt), return_tensors="pt")
+        guess = model(**ids).logits[0, -1].argmax().item()
+        hits += guess == first_answer_token(tok, row["base_answer"])
+    return hits / len(rows)
 
 
 # --------------------------------------------------------------------------- weekdays/said
@@ -452,25 +471,26 @@ def continuations(model, tok, prompts: list[str]) -> list[str]:
 def said_rows(model, tok, rows: list[dict]) -> list[dict]:
     """weekdays/said, read off the trained model's own greedy output.
 
-    The first two rows get a word the model does say, exactly once (a word said
-    twice would be an ambiguous anchor, not a hit): the right next day where the
-    model says it. The last two get a weekday the model does not say.
+    Two rows get a word the model says: the first two whose right next day is
+    in their continuation exactly once (said twice it would be an ambiguous
+    anchor, not a hit). The other two get a weekday the model does not say.
     """
     prompts = [r["input"] for r in rows]
-    batched = continuations(model, tok, prompts)
+    texts = continuations(model, tok, prompts)
     # The engine decodes a padded batch; a row on its own must say the same.
-    assert batched == [continuations(model, tok, [p])[0] for p in prompts], batched
-    used: set[str] = set()
+    assert texts == [continuations(model, tok, [p])[0] for p in prompts], texts
+    words = [r["base_answer"].strip() for r in rows]
+    hits = [k for k, (w, text) in enumerate(zip(words, texts)) if text.count(w) == 1][:2]
+    assert len(hits) == 2, f"the model says its next day once in fewer than two rows: {texts}"
+    used = {words[k] for k in hits}
     out = []
-    for k, (row, said_text) in enumerate(zip(rows, batched)):
-        if k < 2:
-            words = [row["base_answer"].strip()] + re.findall(r"[A-Za-z]+", said_text)
-            word = next((w for w in words if said_text.count(w) == 1 and w not in used), None)
+    for k, (row, text) in enumerate(zip(rows, texts)):
+        if k in hits:
+            word = words[k]
         else:
-            word = next((d for d in DAYS if d not in said_text and d not in used), None)
-        print(f"  said row {k}: {row['input']!r} -> {said_text!r}; said={word!r}")
-        assert word is not None, f"no usable `said` word in {said_text!r}"
-        used.add(word)
+            word = next(d for d in DAYS if d not in text and d not in used)
+            used.add(word)
+        print(f"  said row {k}: {row['input']!r} -> {text!r}; said={word!r} ({'hit' if k in hits else 'miss'})")
         out.append({
             "example_id": word, "input": row["input"], "said": word,
             "base_answer": row["base_answer"], "cf_answer": row["cf_answer"], "split": "all",
@@ -483,7 +503,8 @@ def said_rows(model, tok, rows: list[dict]) -> list[dict]:
 
 def save(name: str, model, tok) -> Path:
     path = MODELS / name
-    path.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(path, ignore_errors=True)  # no file of an older build survives
+    path.mkdir(parents=True)
     model.save_pretrained(path, safe_serialization=True)
     tok.save_pretrained(path)
     return path
@@ -491,13 +512,27 @@ def save(name: str, model, tok) -> Path:
 
 @torch.no_grad()
 def verify_reload(name: str, path: Path, model, rows) -> None:
+    """The saved directory is the model: same tokenizer contract, same logits,
+    small enough to ship, and loadable by nnterp as the nnterp engine loads it."""
     tok = AutoTokenizer.from_pretrained(path)
     check_tokenizer(name, tok)
     again = AutoModelForCausalLM.from_pretrained(path).eval()
-    prompts = [r["input"] for r in rows]
-    assert torch.equal(next_token_logits(model, tok, prompts), next_token_logits(again, tok, prompts)), name
+    for row in rows:
+        enc = tok(row["input"], return_tensors="pt")
+        assert torch.equal(model(**enc).logits, again(**enc).logits), name
     size = (path / "model.safetensors").stat().st_size
     assert size < 1_000_000, (name, size)
+    verify_nnterp(path, again, tok, rows[0]["input"])
+
+
+def verify_nnterp(path: Path, model, tok, prompt: str) -> None:
+    from nnterp import StandardizedTransformer  # heavy, and only this check needs it
+
+    standard = StandardizedTransformer(str(path), device_map="cpu")
+    with standard.trace(prompt):
+        logits = standard.logits.save()
+    expected = model(**tok(prompt, return_tensors="pt")).logits
+    torch.testing.assert_close(logits, expected)
 
 
 @torch.no_grad()
@@ -513,6 +548,7 @@ def softcap_gap(model, tok, rows) -> float:
 def main() -> None:
     torch.set_num_threads(1)
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     datasets = static_datasets()
     for ref, rows in datasets.items():
         write_jsonl(ref, rows)
@@ -524,14 +560,14 @@ def main() -> None:
         print(f"  {name}: vocab {len(tok)}; " + " ".join(f"{d}={p}" for d, p in split.items()))
     multi = [d for d in DAYS if len(pieces(toks["tiny-llama"], " " + d)) >= 2]
     assert multi, "tiny-llama must split some weekday into several tokens"
-    messages = chat_messages("Thursday")
-    assert "[INST]" in toks["tiny-llama"].apply_chat_template(messages, tokenize=False)
 
     train_rows = datasets["weekdays/train"]
     for name, tok in toks.items():
         model = train(name, tok)
-        for ref in ("weekdays/train", "weekdays/test", "weekdays_full/train", "weekdays/chat"):
+        for ref in ("weekdays/train", "weekdays/test", "weekdays_full/train", "weekdays/chat",
+                    "weekday_arithmetic/train"):
             print(f"  {name}: accuracy on {ref}: {accuracy(model, tok, datasets[ref]):.2f}")
+        assert accuracy(model, tok, train_rows) >= 0.75, f"{name} did not learn the next day"
         if name == "tiny-llama":
             write_jsonl("weekdays/said", said_rows(model, tok, train_rows))
         if name == "tiny-gemma2":
