@@ -53,6 +53,7 @@ class ProtocolSave(_Strict):
 
 
 class Method(_Strict):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
     sites: dict[str, Any]
     featurizers: dict[str, Any] = Field(default_factory=dict)
     reads: dict[str, Any] = Field(default_factory=dict)
@@ -60,7 +61,8 @@ class Method(_Strict):
     intervened_models: dict[str, IntervenedModel] = Field(default_factory=dict)
     metrics: dict[str, Any] = Field(default_factory=dict)
     outputs: dict[str, Any] = Field(default_factory=dict)
-    save: list[ProtocolSave] = Field(default_factory=list)
+    # "save" is the protocol's key; as a Python name it would shadow BaseModel's deprecated .save().
+    saves: list[ProtocolSave] = Field(default_factory=list, alias="save")
     decode: Optional[int] = None
 
 
@@ -123,7 +125,7 @@ def lower(raw: dict) -> dict:
         "kind": "observe",
         "interventions": INTERVENTION,
         "rows": {role: d.dataset for role, d in doc.data.items()},
-        "saves": [s.model_dump(exclude_none=True) for s in m.save],
+        "saves": [s.model_dump(exclude_none=True) for s in m.saves],
     }
     if m.outputs:
         step["outputs"] = m.outputs
