@@ -27,10 +27,19 @@ def engine_class(name: str):
 
 def load_engine(raw: dict, *, engine: str = "nnterp", document: Optional[Path] = None, models=None,
                 device_map: str = "cpu", trust_remote_code: bool = False):
-    """The engine for a document's model (a sweep may not change the model: the first point names it)."""
-    spec = documents.points(raw)[0].spec
-    return engine_class(engine).load(spec.model, document=document, models=models,
-                                     device_map=device_map, trust_remote_code=trust_remote_code)
+    """The engine for a document's model (a sweep may not change the model: the first point names it).
+
+    Loaded with attention probabilities (eager attention) only when some point taps them.
+    """
+    points = documents.points(raw)
+    return engine_class(engine).load(points[0].spec.model, document=document, models=models,
+                                     device_map=device_map, trust_remote_code=trust_remote_code,
+                                     attention_probs=uses_attention_probs(points))
+
+
+def uses_attention_probs(points) -> bool:
+    """Whether any point's site is an attention pattern, which must be chosen at load."""
+    return any(site.component == "attention_probs" for p in points for site in p.spec.sites.values())
 
 
 def execute(raw: dict, engine, *, document: Optional[Path] = None, data=None,

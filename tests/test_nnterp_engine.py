@@ -492,7 +492,7 @@ def test_public_names_are_the_contract():
 
 
 def test_refusals(llama, tmp_path):
-    with pytest.raises(Unsupported, match="attention_probs"):
+    with pytest.raises(Unsupported, match="loaded without attention probabilities"):  # load(attention_probs=True)
         llama.plan(tmp_path, {"p": {"component": "attention_probs", "layers": [0], "heads": [0]}},
                    {"read": {"reads": {"x": {"site": "p", "pos": -1, "input": "base"}}}},
                    {"read": observe("read", rows=("base",))})

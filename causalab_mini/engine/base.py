@@ -16,8 +16,11 @@ class Engine:
 
     @classmethod
     def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
-             trust_remote_code=False) -> "Engine":
-        """Resolve, load (frozen: eval(), requires_grad_(False)) and standardize a document's model."""
+             trust_remote_code=False, attention_probs=False) -> "Engine":
+        """Resolve, load (frozen: eval(), requires_grad_(False)) and standardize a document's model.
+
+        ``attention_probs=True``: load so the attention pattern can be tapped (eager attention),
+        where the engine can; off by default, since it is slower and rounds differently."""
         ...
 
     def execute(self, plan, *, remote=False, batch_size=None):

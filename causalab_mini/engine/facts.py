@@ -53,7 +53,15 @@ class ModelFacts:
         return self.n_kv_heads if component in ("attention_key", "attention_value") else self.n_heads
 
     def width(self, component: str) -> int:
-        """The last-axis width of the whole component (before a units/heads selection)."""
+        """The last-axis width of the whole component (before a units/heads selection).
+
+        attention_probs has none here: its last axis is heads × the keys of one forward's
+        padded batch, which the compiler fixes per forward (``plan.build``), not per model.
+        """
+        if component == "attention_probs":
+            raise CompileError("attention_probs", "an attention pattern's width is heads x the keys of "
+                               "one forward's padded batch, so the model alone does not fix it",
+                               "take the width from a compiled read or write (its address is per forward)")
         if component in ("lm_head", "logits"):
             return self.vocab_size
         if component == "mlp_hidden":
@@ -90,7 +98,10 @@ class ModelFacts:
         if layer is not None and layer >= self.num_layers:
             raise CompileError(f"{path}.layers", f"layer {layer} is past the end: {self.key} has "
                                f"{self.num_layers} layers", f"use 0..{self.num_layers - 1}")
-        full = self.width(site.component)
+        # attention_probs: 0 until a forward fixes the keys (plan.build gives each forward's
+        # ops the address with heads × keys columns); every other width is the model's.
+        keyed = site.component == "attention_probs"
+        full = 0 if keyed else self.width(site.component)
         columns: Optional[tuple[int, ...]] = None
         if site.heads is not None:
             n = self.heads(site.component)
@@ -98,7 +109,8 @@ class ModelFacts:
             if bad:
                 raise CompileError(f"{path}.heads", f"head(s) {bad} past the end: {site.component} "
                                    f"has {n} heads", f"use 0..{n - 1}")
-            columns = tuple(h * self.head_dim + i for h in site.heads for i in range(self.head_dim))
+            if not keyed:
+                columns = tuple(h * self.head_dim + i for h in site.heads for i in range(self.head_dim))
         if site.units is not None:
             bad = [u for u in site.units if u >= full]
             if bad:
@@ -110,6 +122,6 @@ class ModelFacts:
             heads=tuple(site.heads) if site.heads is not None else None,
             units=tuple(site.units) if site.units is not None else None,
             stage=self.stage(site.component, layer), order=comp.order,
-            full_width=full, width=len(columns) if columns is not None else full,
+            full_width=full, width=0 if keyed else len(columns) if columns is not None else full,
             columns=columns,
         )

@@ -142,8 +142,12 @@ class HooksEngine(Engine):
 
     @classmethod
     def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
-             trust_remote_code=False) -> "HooksEngine":
-        """The document's model as a frozen ``AutoModelForCausalLM``, its modules standardized."""
+             trust_remote_code=False, attention_probs: bool = False) -> "HooksEngine":
+        """The document's model as a frozen ``AutoModelForCausalLM``, its modules standardized.
+
+        ``attention_probs`` is accepted so both engines load with one call, and changes
+        nothing: no module boundary exposes the pattern, so ``locate`` refuses it here.
+        """
         loading.quiet_loading()
         from transformers import AutoModelForCausalLM
 

@@ -22,7 +22,11 @@ Where an address is, in nnterp's names:
     ln_final          ln_final.output
     lm_head           lm_head.output
     logits            the model's output ``.logits`` (after Gemma-2's final softcap; last)
-    attention_probs   refused (Unsupported): it needs eager attention, chosen at load
+    attention_probs   nnterp's ``attention_probabilities[l]`` (the pattern after softmax and dropout,
+                      what multiplies v), shown as (rows, queries, heads·keys), heads-major. It
+                      needs eager attention, chosen at load: ``load(..., attention_probs=True)``
+                      (the runner asks for it when a document names the component); an engine
+                      loaded without it refuses the component at compile time. GPT-2: refused.
 
 nnsight 0.7.0 facts this module is built on (see tests/test_nnterp_engine.py):
 
@@ -31,6 +35,10 @@ nnsight 0.7.0 facts this module is built on (see tests/test_nnterp_engine.py):
   Taps that share one hooked value — several selections of one block output, or q, k
   and v, three arguments of one call — are grouped: fetched once, each tap's writes
   applied in order, stored once.
+* An operation nested in another's ``.source`` (the pattern, inside the attention function)
+  is reachable only inside a trace, and only before the outer call starts: the ``.source``
+  access swaps the call's function, chosen before its inputs are handed over. So when q/k/v
+  (that call's inputs) are tapped too, the pattern's envoy is reached before they are fetched.
 * The trace body runs on nnsight's worker thread, where the caller's grad mode is not
   in force (torch's grad mode is per thread): the body sets it again.
 * ``nnsight.save`` marks by ``id`` in a process-wide set that every *root* trace clears
@@ -46,7 +54,7 @@ import itertools
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -89,6 +97,17 @@ def _put_logits(output, new):
     return output
 
 
+def _pattern(probs):
+    """(rows, heads, queries, keys) seen as (rows, queries, heads·keys): head h is columns h·keys …"""
+    rows, heads, queries, keys = probs.shape
+    return probs.transpose(1, 2).reshape(rows, queries, heads * keys)
+
+
+def _put_pattern(probs, new):
+    rows, heads, queries, keys = probs.shape
+    return new.reshape(rows, queries, heads, keys).transpose(1, 2)
+
+
 def _heads(index: int) -> tuple[Callable, Callable]:
     """get/put for one (rows, heads, seq, head_dim) argument of a call, seen as (rows, seq, heads·head_dim)."""
     def get(inputs):
@@ -114,12 +133,16 @@ class _Point:
     attr: str  # "output", "input" or "inputs"
     get: Callable  # value -> the activation (rows, seq, width)
     put: Callable  # (value, activation) -> value
+    # envoy -> the envoy to fetch from, for an operation nested inside another's .source,
+    # which nnsight resolves only inside a trace (attention_probs) ...
+    inner: Optional[Callable] = None
+    # ... and only before that operation's call starts: the key of a point at the call's
+    # inputs (q/k/v), before whose fetch this one's target must be reached.
+    within: Optional[tuple] = None
 
-    def fetch(self):
-        return getattr(self.envoy, self.attr)
-
-    def store(self, value) -> None:
-        setattr(self.envoy, self.attr, value)
+    def target(self):
+        """The envoy whose ``attr`` is read and written back; only inside a trace, in forward order."""
+        return self.inner(self.envoy) if self.inner is not None else self.envoy
 
 
 def _child(envoy, names: tuple[str, ...], what: str, path: str):
@@ -143,8 +166,15 @@ class NNterpEngine:
     # --- load -----------------------------------------------------------------
     @classmethod
     def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
-             trust_remote_code=False) -> "NNterpEngine":
-        """The document's model through nnterp, weights dispatched at load, then frozen."""
+             trust_remote_code=False, attention_probs: bool = False) -> "NNterpEngine":
+        """The document's model through nnterp, weights dispatched at load, then frozen.
+
+        ``attention_probs=True`` loads with eager attention so the pattern can be tapped
+        (nnterp's ``enable_attention_probs``, checked by nnterp at load). Off by default:
+        eager is slower than the fused kernels and rounds differently from a default load.
+        On a family whose pattern this engine refuses (GPT-2) it is ignored, so the
+        document is refused at compile time by name rather than inside nnterp's check.
+        """
         from nnterp import StandardizedTransformer  # ~5 s: only this engine pays it
 
         loading.quiet_loading()
@@ -157,13 +187,16 @@ class NNterpEngine:
         # that tokenizer, so the compiler and the run share one object.
         config = loading.load_config(resolved, roots)
         tokenizer = loading.load_tokenizer(resolved, roots)
+        facts = ModelFacts.from_config(config, tokenizer, key=ref.key, revision=resolved.revision)
+        eager = attention_probs and facts.refusal("attention_probs", cls.name) is None
         # dispatch=True: nnsight otherwise loads weights on the first trace by *replacing*
         # the module, and a freeze applied before that would not be what runs.
         model = StandardizedTransformer(
             resolved.source, revision=loading.hub_revision(resolved), dispatch=True, tokenizer=tokenizer,
-            device_map=device_map, dtype=loading.torch_dtype(ref), trust_remote_code=trust_remote_code)
+            device_map=device_map, dtype=loading.torch_dtype(ref), trust_remote_code=trust_remote_code,
+            enable_attention_probs=eager)
         loading.freeze(model._model)
-        return cls(model, ModelFacts.from_config(config, tokenizer, key=ref.key, revision=resolved.revision))
+        return cls(model, facts)
 
     # --- compile-time members ---------------------------------------------------
     @property
@@ -182,10 +215,12 @@ class NNterpEngine:
 
     def locate(self, site, *, path: str, engine=None):
         address = self._facts.locate(site, path=path, engine=engine or self.name)
-        if address.component == "attention_probs":
-            raise Unsupported(f"{path}.component", "attention_probs is not implemented on the nnterp "
-                              "engine yet (it needs eager attention chosen at load)",
-                              "read attention_z, or the q/k/v components")
+        if address.component == "attention_probs" and not self.model.attn_probs_available:
+            raise Unsupported(f"{path}.component", "attention_probs needs eager attention, chosen at "
+                              "load, and this model was loaded without attention probabilities",
+                              "load it with NNterpEngine.load(..., attention_probs=True); "
+                              "`causalab-mini run` (runner.load_engine) does that when a document "
+                              "names attention_probs")
         self._point(address, path)  # every interior and projection is found now, not in a trace
         return address
 
@@ -224,17 +259,30 @@ class NNterpEngine:
         project = taps.logit_projection(model.ln_final, model.lm_head, self._facts.softcap)
         inputs = taps.model_inputs(forward, model._model.get_input_embeddings().weight.device)
         grad = torch.is_grad_enabled()  # the trace body runs in nnsight's worker thread
+        # A nested operation's .source is reachable only before its call takes its inputs:
+        # such a point's target is reached just before the group at those inputs is fetched.
+        keys = {group[0][0].key for group in groups}
+        ahead: dict[tuple, list[_Point]] = {}
+        for group in groups:
+            point = group[0][0]
+            if point.within in keys:
+                ahead.setdefault(point.within, []).append(point)
         with _plain_errors(), model.trace(inputs):
             with torch.set_grad_enabled(grad):
+                reached = {}
                 for group in groups:
-                    value = group[0][0].fetch()
+                    first = group[0][0]
+                    for point in ahead.get(first.key, ()):
+                        reached[point.key] = point.target()
+                    target = reached.pop(first.key) if first.key in reached else first.target()
+                    value = getattr(target, first.attr)
                     written = False
                     for point, tap in group:
                         act = taps.run_tap(point.get(value), tap, forward, values, featurizers, project)
                         if tap.writes:
                             value, written = point.put(value, act), True
                     if written:
-                        group[0][0].store(value)
+                        setattr(target, first.attr, value)
 
     # --- addresses --------------------------------------------------------------------
     def _groups(self, tap_list) -> list[list[tuple[_Point, Any]]]:
@@ -274,6 +322,11 @@ class NNterpEngine:
         if component in QKV_ARGUMENT:
             call = getattr(model.attentions[layer].source, self._call(layer, path))
             return _Point(("attention_call", layer), call, "inputs", *_heads(QKV_ARGUMENT[component]))
+        if component == "attention_probs":
+            # nnterp's own route to the pattern (checked by nnterp at load): an operation inside
+            # the attention function's source, which nnsight resolves only inside a trace.
+            return _Point(key, model.attentions[layer], "output", _pattern, _put_pattern,
+                          inner=model.attention_probabilities.source_attr, within=("attention_call", layer))
         if component == "ln_final":
             return _Point(key, model.ln_final, "output", _first, _put_first)
         if component == "lm_head":

@@ -9,7 +9,7 @@ returns is strings, integers and tuples.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -81,8 +81,12 @@ class _PointCompiler:
     def _space(self, name: str) -> int:
         """Width of a featurizer's space: k for a basis or a dictionary, d for a gate."""
         feat = self.spec.featurizers[name]
-        d = self.addresses[feat.site].width
         path = f"featurizers.{name}"
+        if self.addresses[feat.site].component == "attention_probs":
+            raise CompileError(f"{path}.site", f"site {feat.site!r} is an attention pattern, whose width "
+                               "is the keys of each forward's padded batch, and a featurizer has one d",
+                               "read or write the pattern with the identity featurizer")
+        d = self.addresses[feat.site].width
         if feat.file_path is not None:
             return space_width(feat, self._file(feat.file_path, f"{path}.file_path"), d, path)
         if feat.kind == "gate":
@@ -215,15 +219,23 @@ class _PointCompiler:
         return tuple(data_mod.variable_text(ds.rows[i], field, where.scope.variable, row_index=i)
                      for i in rows)
 
-    def _read_width(self, read, address: Address, tokens: int) -> int:
+    def _read_width(self, read, address: Address) -> int:
         if read.view == "logits":
             return self.ctx.facts.width("lm_head")
         if read.featurizer:
             return self.spaces[read.featurizer]
-        if address.component == "attention_probs":
-            heads = len(address.heads) if address.heads is not None else self.ctx.facts.heads(address.component)
-            return heads * tokens
-        return address.width
+        return address.width  # attention_probs: already this forward's heads × keys (keyed)
+
+    def _address(self, site: str, path: str, where, tokens: Tokenized) -> Address:
+        """A site's address as one forward's ops see it: attention_probs gets this forward's keys."""
+        address = self.addresses[site]
+        if address.component != "attention_probs":
+            return address
+        if _step_of(where) is not None:
+            raise CompileError(f"{path}.pos", "an attention pattern gains a key at every decode step, "
+                               "so a tap on the continuation has no fixed width",
+                               "read or write attention_probs in the prompt frame")
+        return keyed(address, len(tokens.ids[0]), self.ctx.facts.heads("attention_probs"))
 
     def _forward(self, ipath, iv, model: str, role: str, loaded, rows, tokens: Tokenized) -> Forward:
         ops: list = []
@@ -231,7 +243,7 @@ class _PointCompiler:
         for wname in write_names:
             w = iv.writes[wname]
             wpath = f"{ipath}.writes.{wname}"
-            address = self.addresses[w.site]
+            address = self._address(w.site, wpath, w.pos, tokens)
             self._check_cut(wpath, wname, w.pos, tokens)
             if w.features is not None:
                 space = self.spaces[w.featurizer] if w.featurizer else address.width
@@ -255,9 +267,9 @@ class _PointCompiler:
             if (r.model, r.input) != (model, role):
                 continue
             rpath = f"{ipath}.reads.{rname}"
-            address = self.addresses[r.site]
+            address = self._address(r.site, rpath, r.pos, tokens)
             self._check_cut(rpath, rname, r.pos, tokens)
-            width = self._read_width(r, address, len(tokens.ids[0]))
+            width = self._read_width(r, address)
             step = _step_of(r.pos)
             if step == "stack":
                 held = len(rows) * iv.decode * width * 4
@@ -336,6 +348,19 @@ def _step_of(where):
     if where.is_step:
         return "all" if where.all else where.index
     return "stack"
+
+
+def keyed(address: Address, tokens: int, n_heads: int) -> Address:
+    """An attention_probs address at a forward of ``tokens`` padded tokens.
+
+    The engine shows the pattern ``(rows, heads, queries, keys)`` as ``(rows, queries,
+    heads·keys)``, heads-major, so head ``h`` is columns ``h·tokens … h·tokens + tokens - 1``.
+    """
+    full = n_heads * tokens
+    if address.heads is None:
+        return replace(address, full_width=full, width=full, columns=None)
+    columns = tuple(h * tokens + k for h in address.heads for k in range(tokens))
+    return replace(address, full_width=full, width=len(columns), columns=columns)
 
 
 def _check_pattern_alignment(path: str, source: Forward, target: Forward) -> None:

@@ -27,6 +27,9 @@ class Address:
     full_width: int  # the component's last axis
     width: int  # after the heads/units selection
     columns: Optional[tuple[int, ...]]  # last-axis indices the selection takes (None: all)
+    # attention_probs is (rows, queries, heads·keys), heads-major, and its keys are a forward's
+    # padded width: a site's address has width 0 and no columns; the compiler gives each
+    # forward's ops the address for that forward's keys (build.keyed).
 
     @property
     def key(self) -> tuple[int, int]:

@@ -41,7 +41,11 @@ def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
         else:
             # The document fixed the position on every row; there is nothing to report.
             row["positions"] = None
-            row["reason"] = "" if ok else "no_answer"  # the column half: the data had no answer
+            row["reason"] = ""
+        if not ok and not row["reason"] and not metric.column_eligible[i]:
+            # The column half excluded it (the data had no answer) — say so even when the
+            # position half, reported above, found the position.
+            row["reason"] = "no_answer"
         row.update(unit=metric.unit, estimand_version=metric.estimand_version, produced_by=produced_by)
         rows.append(row)
     return rows

@@ -1,0 +1,421 @@
+"""``causalab-mini run`` and the files it writes, as a user meets them.
+
+The command line itself (its stdout, exit status and stderr, what lands in
+``--out``) is exercised through a subprocess where a process boundary is the
+point — the two patching runs per engine that determinism compares, and a bad
+document. Everything else goes through ``causalab_mini.cli.main`` in this
+process, or the runner's stages, so a model is loaded once per module.
+
+The numbers written are checked against an independent computation: a Hugging
+Face model loaded here, a hand-written forward hook doing the patch on a batch
+left-padded by hand, position ids from the mask, no cache, and answer ids taken
+straight from the tokenizer — none of this package's tokenization, positions,
+ops or engines.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import torch
+
+from causalab_mini import cli, documents, runner
+from causalab_mini.errors import PlanError
+from causalab_mini.plan.plan import Observe
+from causalab_mini.plan.write import manifest, write
+
+transformers = pytest.importorskip("transformers")
+
+REPO = Path(__file__).resolve().parents[1]
+PATCHING = REPO / "documents" / "v2" / "patching.causalab.json"
+POS_SWEEP = REPO / "documents" / "v2" / "pos_sweep.causalab.json"
+ENTITY = REPO / "documents" / "v2" / "entity_patch.causalab.json"
+MODELS = REPO / "documents" / "models"
+DATA = REPO / "documents" / "data"
+ROWS = [json.loads(line) for line in (DATA / "weekdays" / "train.jsonl").read_text().splitlines()
+        if line.strip()]
+ENGINES = ("hooks", "nnterp")
+ENGINE_CLASS = {"hooks": "HooksEngine", "nnterp": "NNterpEngine"}
+PATCHING_FILES = ["document.json", "run.json", "iia.json", "logit_diff.json"]
+ROW_KEYS = ["example_id", "metric", "value", "eligible", "positions", "reason", "unit",
+            "estimand_version", "produced_by"]
+KINDS = {"iia": ("fraction", "match/v1"), "logit_diff": ("logit", "logit_diff/v1")}
+PACKAGES = ("torch", "transformers", "nnsight", "nnterp", "pydantic")
+TOL = 1e-6
+
+
+# --- the command line ------------------------------------------------------------------------
+
+def _command() -> list[str]:
+    script = Path(sys.executable).parent / "causalab-mini"
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("causalab-mini")
+    return [found] if found else [sys.executable, "-m", "causalab_mini.cli"]
+
+
+def cli_run(*args, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    return subprocess.run([*_command(), "run", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def files_under(directory: Path) -> list[str]:
+    """Every file below ``directory``, as sorted posix paths relative to it."""
+    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*") if p.is_file())
+
+
+def listed(stdout: str, out: Path) -> list[str]:
+    """stdout's lines as paths relative to ``out`` (in the order printed)."""
+    return [Path(line).relative_to(out).as_posix() for line in stdout.splitlines() if line.strip()]
+
+
+def load_json(path: Path):
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def values(path: Path) -> list:
+    return [row["value"] for row in load_json(path)]
+
+
+def produced_by(raw: dict) -> str:
+    return documents.points(raw)[0].spec.produced_by
+
+
+def nothing_written(out: Path) -> bool:
+    return not out.exists() or not any(out.iterdir())
+
+
+@pytest.fixture(scope="module")
+def patching_runs(request, tmp_path_factory):
+    """engine -> the subprocess run of patching.causalab.json, (CompletedProcess, out), made on demand.
+
+    Under xdist the run is made once per session, not once per worker: the workers share
+    the session's temporary directory, and a lock says who makes it.
+    """
+    from filelock import FileLock  # huggingface_hub's own dependency
+
+    shared = hasattr(request.config, "workerinput")
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if shared else root
+    made: dict = {}
+
+    def get(engine: str):
+        if engine not in made:
+            out = root / f"patching-{engine}"
+            record = root / f"patching-{engine}.run.json"
+            with FileLock(str(root / f"patching-{engine}.lock")):
+                if not record.exists():
+                    done = cli_run(PATCHING, "--engine", engine, "--out", out)
+                    record.write_text(json.dumps([done.returncode, done.stdout, done.stderr]))
+            code, stdout, stderr = json.loads(record.read_text())
+            assert code == 0, stderr
+            made[engine] = (subprocess.CompletedProcess([], code, stdout, stderr), out)
+        return made[engine]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def hooks_engine():
+    """The hooks engine for tiny-llama, loaded once for the module's in-process runs."""
+    return runner.load_engine(documents.read(PATCHING), engine="hooks", document=PATCHING)
+
+
+# --- the independent computation ---------------------------------------------------------------
+
+class Reference:
+    """tiny-llama loaded here, and activation patching at block_output[0] written by hand."""
+
+    def __init__(self) -> None:
+        path = MODELS / "tiny-llama"
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        self.tok = transformers.AutoTokenizer.from_pretrained(path)
+
+    def answer(self, word: str) -> int:
+        """The first new token of "a " + word after "a": what the model says for " Sunday"."""
+        head = self.tok("a", add_special_tokens=False)["input_ids"]
+        full = self.tok("a " + word.strip(), add_special_tokens=False)["input_ids"]
+        assert full[: len(head)] == head and len(full) > len(head)
+        return full[len(head)]
+
+    def batch(self, texts):
+        enc = [self.tok(t)["input_ids"] for t in texts]
+        width = max(len(e) for e in enc)
+        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
+        ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])
+        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc])
+        return dict(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
+                    use_cache=False)
+
+    def patched_logits(self, write_pos: int = -1) -> torch.Tensor:
+        """Last-token lm_head logits of the base prompts with layer 0's output at ``write_pos``
+        replaced by the counterfactual prompts' layer-0 output at their last token."""
+        layer = self.model.model.layers[0]
+        seen = {}
+
+        def read(_m, _a, output):
+            hidden = output[0] if isinstance(output, tuple) else output
+            seen["v_cf"] = hidden[:, -1, :].detach().clone()
+
+        def patch(_m, _a, output):
+            hidden = (output[0] if isinstance(output, tuple) else output).clone()
+            hidden[:, write_pos, :] = seen["v_cf"]
+            return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+        with torch.no_grad():
+            handle = layer.register_forward_hook(read)
+            try:
+                self.model(**self.batch([r["counterfactual_inputs"][0] for r in ROWS]))
+            finally:
+                handle.remove()
+            handle = layer.register_forward_hook(patch)
+            try:
+                logits = self.model(**self.batch([r["input"] for r in ROWS])).logits
+            finally:
+                handle.remove()
+        return logits[:, -1, :]
+
+    def metrics(self, write_pos: int = -1) -> dict[str, list[float]]:
+        logits = self.patched_logits(write_pos)
+        cf = torch.tensor([self.answer(r["cf_answer"]) for r in ROWS])
+        base = torch.tensor([self.answer(r["base_answer"]) for r in ROWS])
+        rows = torch.arange(len(ROWS))
+        return {"iia": (logits.argmax(-1) == cf).float().tolist(),
+                "logit_diff": (logits[rows, cf] - logits[rows, base]).tolist()}
+
+
+@pytest.fixture(scope="module")
+def reference():
+    ref = Reference()
+    made: dict = {}
+
+    def get(write_pos: int = -1):
+        if write_pos not in made:
+            made[write_pos] = ref.metrics(write_pos)
+        return made[write_pos]
+
+    return get
+
+
+def assert_close(got: list, expected: list, tol: float = TOL) -> None:
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g is not None and abs(g - e) <= tol, (got, expected)
+
+
+# --- one run, as a user runs it --------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_run_writes_exactly_the_files_it_lists(patching_runs, engine):
+    done, out = patching_runs(engine)
+    assert "Traceback" not in done.stderr
+    assert listed(done.stdout, out) == PATCHING_FILES  # the manifest, in order
+    assert files_under(out) == sorted(PATCHING_FILES)  # and nothing else, temporary files included
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_document_json_is_the_document_as_written(patching_runs, engine):
+    _, out = patching_runs(engine)
+    assert load_json(out / "document.json") == load_json(PATCHING)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_run_json_records_what_ran_and_nothing_about_where(patching_runs, engine):
+    _, out = patching_runs(engine)
+    record = load_json(out / "run.json")
+    assert record["engine"] == ENGINE_CLASS[engine]
+    assert record["remote"] is False
+    assert record["batch_size"] is None
+    assert record["versions"] == {name: metadata.version(name) for name in PACKAGES}
+    assert re.fullmatch(r"[0-9a-f]{64}", record["causalab_mini"])
+    assert record["served_dtype"] == "torch.float32"
+    text = (out / "run.json").read_text()
+    for place in {str(out), str(out.resolve()), str(REPO), str(Path.home())}:
+        assert place not in text
+    host = socket.gethostname()
+    if len(host) >= 4:  # a very short name would match by accident
+        assert host not in text
+    assert not re.search(r"\b(19|20)\d\d\b", text), "a year: run.json holds no timestamp"
+    assert not re.search(r"\d\d:\d\d:\d\d", text)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_metric_rows_match_an_independent_computation(patching_runs, reference, engine):
+    _, out = patching_runs(engine)
+    expected = reference(-1)
+    digest = produced_by(load_json(PATCHING))
+    for name, (unit, version) in KINDS.items():
+        rows = load_json(out / f"{name}.json")
+        assert [list(r) for r in rows] == [ROW_KEYS] * len(ROWS)
+        assert [r["example_id"] for r in rows] == [str(i) for i in range(len(ROWS))]
+        for r in rows:
+            assert r["metric"] == name and r["eligible"] is True
+            assert r["positions"] is None and r["reason"] == ""  # the document fixed every position
+            assert (r["unit"], r["estimand_version"], r["produced_by"]) == (unit, version, digest)
+        assert_close([r["value"] for r in rows], expected[name])
+
+
+def test_a_row_without_an_answer_is_written_excluded(tmp_path, reference, capfd):
+    """cf_answer null on row 1: that row is in both files, value null and not eligible, with a reason."""
+    rows = [dict(r) for r in ROWS]
+    rows[1]["cf_answer"] = None
+    (tmp_path / "data" / "weekdays").mkdir(parents=True)
+    (tmp_path / "data" / "weekdays" / "train.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out"
+    assert cli.main(["run", str(PATCHING), "--engine", "hooks", "--data", str(tmp_path / "data"),
+                     "--out", str(out)]) == 0
+    assert listed(capfd.readouterr().out, out) == PATCHING_FILES
+    expected = reference(-1)
+    for name in KINDS:
+        written = load_json(out / f"{name}.json")
+        assert [r["example_id"] for r in written] == [str(i) for i in range(len(ROWS))]
+        excluded = written[1]
+        assert excluded["value"] is None and excluded["eligible"] is False
+        assert excluded["reason"], "an excluded row says why"
+        kept = [r for i, r in enumerate(written) if i != 1]
+        assert all(r["eligible"] is True and r["reason"] == "" for r in kept)
+        assert_close([r["value"] for r in kept], [v for i, v in enumerate(expected[name]) if i != 1])
+
+
+# --- a swept document ------------------------------------------------------------------------
+
+def test_a_swept_run_writes_a_directory_per_point(tmp_path, reference, capfd):
+    out = tmp_path / "out"
+    assert cli.main(["run", str(POS_SWEEP), "--engine", "hooks", "--out", str(out)]) == 0
+    printed = listed(capfd.readouterr().out, out)
+    names = ["pos=-1", "pos=-2", "pos=-3"]
+    expected = ["document.json", "run.json"] + [f"{n}/{f}" for n in names
+                                                for f in ("document.json", "iia.json", "logit_diff.json")]
+    assert printed == expected
+    assert files_under(out) == sorted(expected)
+
+    raw = load_json(POS_SWEEP)
+    assert load_json(out / "document.json") == raw  # the sweep and all
+    assert load_json(out / "run.json")["engine"] == "HooksEngine"
+    points = {p.name: p for p in documents.points(raw)}
+    assert sorted(points) == sorted(names)
+    for name, pos in zip(names, (-1, -2, -3)):
+        point = points[name]
+        doc = load_json(out / name / "document.json")
+        assert doc == point.document
+        assert "sweep" not in json.dumps(doc)  # lowered out
+        assert doc["interventions"]["patching"]["writes"]["patch"]["pos"] == pos
+        for metric in KINDS:
+            rows = load_json(out / name / f"{metric}.json")
+            assert {r["produced_by"] for r in rows} == {point.spec.produced_by}
+            assert_close([r["value"] for r in rows], reference(pos)[metric])
+    # Each point is its own experiment: its own digest.
+    assert len({p.spec.produced_by for p in points.values()}) == 3
+
+
+def test_result_on_a_swept_plan_names_the_count_and_the_point_answers(tmp_path, hooks_engine):
+    raw = documents.read(POS_SWEEP)
+    plan = runner.execute(raw, hooks_engine, document=POS_SWEEP)
+    with pytest.raises(PlanError) as caught:
+        plan.result("iia")
+    message = str(caught.value)
+    assert "'iia'" in message and "3 in this plan" in message
+    assert "iia" in message.split("3 in this plan", 1)[1] and "logit_diff" in message  # the results here
+    write(plan, tmp_path, plan.provenance)
+    for name in ("pos=-1", "pos=-2", "pos=-3"):
+        got = plan.steps[name].result("iia")
+        assert got.tolist() == values(tmp_path / name / "iia.json")
+        assert plan.steps[name].result("logit_diff").tolist() == values(tmp_path / name / "logit_diff.json")
+
+
+# --- determinism and batching --------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_the_same_document_twice_writes_identical_bytes(patching_runs, tmp_path, engine, capfd):
+    """The subprocess's files, and this process's run of the same command: the same bytes."""
+    _, a = patching_runs(engine)
+    b = tmp_path / "again"
+    assert cli.main(["run", str(PATCHING), "--engine", engine, "--out", str(b)]) == 0
+    assert listed(capfd.readouterr().out, b) == PATCHING_FILES
+    assert files_under(a) == files_under(b)
+    for rel in files_under(a):
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_batch_size_one_agrees_with_the_whole_batch(patching_runs, tmp_path, engine, capfd):
+    _, whole = patching_runs(engine)
+    out = tmp_path / "out"
+    assert cli.main(["run", str(PATCHING), "--engine", engine, "--batch-size", "1", "--out", str(out)]) == 0
+    capfd.readouterr()
+    assert load_json(out / "run.json")["batch_size"] == 1
+    assert load_json(whole / "run.json")["batch_size"] is None
+    for name in KINDS:
+        assert_close(values(out / f"{name}.json"), values(whole / f"{name}.json"), tol=1e-5)
+
+
+# --- refusals ------------------------------------------------------------------------------
+
+def test_a_bad_document_exits_2_with_one_line_and_writes_nothing(tmp_path):
+    raw = load_json(PATCHING)
+    raw["interventions"]["patching"]["writes"]["patch"]["mechanism"] = "swapp"
+    doc = tmp_path / "bad.causalab.json"
+    doc.write_text(json.dumps(raw, indent=1))
+    out = tmp_path / "out"
+    done = cli_run(doc, "--engine", "hooks", "--out", out)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "Traceback" not in done.stderr and done.stdout == ""
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: DocumentError: ")
+    assert "interventions.patching.writes.patch.mechanism" in lines[0]
+    assert nothing_written(out)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_run_time_refusal_exits_2_typed_and_writes_nothing(tmp_path, engine, capfd):
+    """entity_patch needs the text-anchored resolver: refused inside the run (inside the nnterp
+    session), and reported as this project's error, not as nnsight's wrapper."""
+    out = tmp_path / "out"
+    assert cli.main(["run", str(ENTITY), "--engine", engine, "--out", str(out)]) == 2
+    captured = capfd.readouterr()
+    assert captured.out == ""
+    assert "Traceback" not in captured.err
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: Unsupported: "), captured.err
+    assert nothing_written(out)
+
+
+# --- writing is all or nothing -------------------------------------------------------------
+
+def test_a_failing_write_leaves_no_file(tmp_path, hooks_engine):
+    """The manifest is built before anything is written: a save that cannot be made (its value
+    was never produced) fails the write before document.json or run.json exist."""
+    raw = documents.read(PATCHING)
+    plan = runner.execute(raw, hooks_engine, document=PATCHING)
+    score = plan.steps["score"]
+    assert isinstance(score, Observe) and [s.value for s in score.saves] == ["iia", "logit_diff"]
+    del score.results["logit_diff"]  # the second save's value
+    out = tmp_path / "out"
+    with pytest.raises(PlanError, match="logit_diff"):
+        write(plan, out, plan.provenance)
+    assert nothing_written(out)
+
+
+def test_a_write_that_fails_midway_leaves_no_temporary_file(tmp_path, hooks_engine):
+    """Each file is written under a temporary name and renamed: one that cannot be placed
+    leaves neither a partial file nor its temporary behind."""
+    raw = documents.read(PATCHING)
+    plan = runner.execute(raw, hooks_engine, document=PATCHING)
+    out = tmp_path / "out"
+    (out / "iia.json").mkdir(parents=True)  # the third file cannot be renamed into place
+    with pytest.raises(OSError):
+        write(plan, out, plan.provenance)
+    left = files_under(out)
+    assert not [f for f in left if f.endswith(".tmp") or Path(f).name.startswith(".")], left
+    assert set(left) <= set(PATCHING_FILES)
+    whole = manifest(plan, plan.provenance)
+    for rel in left:  # whatever was placed is the whole file
+        assert (out / rel).read_bytes() == whole[rel]
