@@ -239,10 +239,6 @@ def test_lerp_ends_are_swap_and_nothing(xo):
     assert torch.equal(write(x, "lerp", {"t": 1}, operand=o), o)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "ops/mechanisms.lerp promises t=0 returns f and t=1 the operand 'to the bit', but "
-    "torch.lerp adds a zero term, which turns -0.0 into +0.0 (f + 0*(op-f) at t=0, "
-    "op - (op-f)*0 at t=1). Values are exact; the sign of zero is not."))
 def test_lerp_ends_keep_the_sign_of_zero():
     x = torch.tensor([[[-0.0, 2.0]]])
     o = torch.tensor([[[3.0, -0.0]]])

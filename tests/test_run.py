@@ -419,3 +419,12 @@ def test_a_write_that_fails_midway_leaves_no_temporary_file(tmp_path, hooks_engi
     whole = manifest(plan, plan.provenance)
     for rel in left:  # whatever was placed is the whole file
         assert (out / rel).read_bytes() == whole[rel]
+
+
+def test_a_nan_metric_is_refused_rather_than_written_as_invalid_json():
+    from causalab_mini.errors import PlanError
+    from causalab_mini.plan.write import _json
+
+    assert json.loads(_json([{"value": 1.5}])) == [{"value": 1.5}]
+    with pytest.raises(PlanError, match="NaN or infinite"):
+        _json([{"value": float("nan")}])

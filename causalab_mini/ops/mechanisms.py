@@ -41,11 +41,17 @@ def lerp(f: Tensor, operand, params: dict, f0: Optional[Tensor] = None) -> Tenso
     """(1 − t)·f + t·operand, computed by ``torch.lerp``.
 
     ``torch.lerp`` evaluates ``f + t·(op − f)`` for t < ½ and ``op − (op − f)·(1 − t)``
-    otherwise, so t = 0 returns f and t = 1 returns the operand to the bit — the
-    naive formula would not — and every t in between stays between the two.
+    otherwise, so every t in between stays between the two. The ends are returned as
+    they are rather than computed: the added zero term would turn −0.0 into +0.0, and
+    "t = 1 is a swap, t = 0 is nothing" is meant to the bit.
     """
+    t = float(params["t"])
     op = _as_tensor(operand, f).expand(f.shape)
-    return torch.lerp(f, op, float(params["t"]))
+    if t == 0.0:
+        return f.clone()
+    if t == 1.0:
+        return op.clone()
+    return torch.lerp(f, op, t)
 
 
 def clamp(f: Tensor, operand, params: dict, f0: Optional[Tensor] = None) -> Tensor:

@@ -20,7 +20,13 @@ from .plan import Fit, Observe, Plan, Weights
 
 
 def _json(value: Any) -> bytes:
-    return (json.dumps(value, indent=1, ensure_ascii=False) + "\n").encode("utf-8")
+    # NaN and Infinity are not JSON; a metric that produced one is a bug to see, not a file to write.
+    try:
+        text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
+    except ValueError:
+        raise PlanError("results", "a value to be written is NaN or infinite",
+                        "check the metric's inputs (a probability of 0 under a log, say)") from None
+    return (text + "\n").encode("utf-8")
 
 
 def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
