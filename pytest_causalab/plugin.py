@@ -1,6 +1,112 @@
-"""pytest_causalab: causalab-mini documents as pytest test cases.
+"""pytest_causalab: causalab-mini documents as pytest test cases. Hooks only.
 
-Registered through the ``pytest11`` entry point. Collection of
-``*.causalab.json`` files, options, markers and the model cache arrive with the
-plugin proper; this module is the registration point they hang from.
+Registered through the ``pytest11`` entry point. ``*.causalab.json`` files are
+collected as ``items.DocumentFile``; each sweep point is an item. Models, plans
+and runs live in ``session.Session`` on ``config.stash``; results reach Python
+through the ``causalab`` fixture.
 """
+from __future__ import annotations
+
+import pytest
+
+# Before anything imports it: the helpers' plain asserts get pytest's introspection.
+pytest.register_assert_rewrite("pytest_causalab.asserts")
+
+from causalab_mini.documents import SUFFIX  # noqa: E402
+
+from . import hookspecs, report  # noqa: E402
+from .items import DocumentFile, PointItem  # noqa: E402
+from .session import ENGINES, SESSION, UPDATES, Session, read_settings, session_of  # noqa: E402
+
+
+def pytest_addhooks(pluginmanager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("causalab", "causalab-mini documents (pytest_causalab)")
+
+    def option(name: str, help: str, ini_type=None, default=None, **kwargs) -> None:
+        dest = name.replace("-", "_")
+        group.addoption(f"--{name}", dest=dest, help=f"{help} (ini: {dest})", **kwargs)
+        parser.addini(dest, help, type=ini_type, default=default)
+
+    option("causalab-engine", f"engine to run points on: {', '.join(ENGINES)} (both: run on each "
+           "and fail on any difference beyond tolerance); default nnterp", metavar="ENGINE")
+    option("causalab-models", "a folder of model directories (repeatable)", "paths", [],
+           action="append", metavar="DIR")
+    option("causalab-data", "a folder of datasets NAME/SPLIT.jsonl (repeatable)", "paths", [],
+           action="append", metavar="DIR")
+    option("causalab-device-map", "device map models load with; default cpu", metavar="MAP")
+    option("causalab-batch-size", "rows per forward; default all", metavar="N")
+    option("causalab-out", "where each point's files are written; default a pytest tmp dir",
+           metavar="DIR")
+    option("causalab-baselines", "folder beside each document holding its baseline; default baselines",
+           metavar="NAME")
+    option("causalab-rtol", "relative tolerance against baselines and across engines; default 1e-4",
+           metavar="X")
+    option("causalab-atol", "absolute tolerance against baselines and across engines; default 1e-5",
+           metavar="X")
+    option("causalab-strict", "a missing baseline fails (it always does when CI is set)", "bool",
+           False, action="store_true")
+    option("causalab-summary", "print a table of every point's result means (on under -v)", "bool",
+           False, action="store_true")
+    group.addoption("--causalab-update-baselines", dest="causalab_update_baselines", metavar="WHICH",
+                    help=f"rewrite stored baselines: {' or '.join(UPDATES)}")
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "causalab: a causalab-mini document's point")
+    config.addinivalue_line("markers", "point(**coords): the point's sweep coordinates, e.g. "
+                            '-m "point(pos=-1)"')
+    if not config.pluginmanager.hasplugin("xdist"):
+        config.addinivalue_line("markers", "xdist_group(name): the model a point loads (pytest-xdist)")
+    config.stash[SESSION] = Session(config, read_settings(config))  # UsageError on a bad value
+
+
+def pytest_collect_file(file_path, parent):
+    if file_path.name.endswith(SUFFIX):
+        return DocumentFile.from_parent(parent, path=file_path)
+    return None
+
+
+def pytest_collection_modifyitems(session, config, items) -> None:
+    """One model's points run together (loaded once, then the next), documents kept in order."""
+    slots = [i for i, item in enumerate(items) if isinstance(item, PointItem)]
+    points = [items[i] for i in slots]
+    first: dict = {}
+    for item in points:
+        first.setdefault(item.group, len(first))
+    for i, item in zip(slots, sorted(points, key=lambda it: first[it.group])):
+        items[i] = item
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") == "loadgroup":
+        from .grouping import make_scheduler
+        return make_scheduler(config, log)
+    return None
+
+
+@pytest.fixture(scope="session")
+def causalab(pytestconfig) -> Session:
+    """The session's runs: ``causalab.run("documents/v2/patching.causalab.json").point()``.
+
+    The same cache as the document items, so a point that ran as an item is not run again.
+    """
+    return session_of(pytestconfig)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    state = config.stash.get(SESSION, None)
+    # The reporter's own record of reports: under xdist these are the workers' reports,
+    # user_properties and all.
+    reports = [r for kind in terminalreporter.stats.values() for r in kind
+               if getattr(r, "when", None) == "call"]
+    rows = [row for row in map(report.row, reports) if row is not None]
+    if not rows or state is None or not (state.settings.summary or config.getoption("verbose") > 0):
+        return
+    terminalreporter.write_sep("=", "causalab summary: result means per point")
+    for line in report.render(rows):
+        terminalreporter.write_line(line)

@@ -25,9 +25,18 @@ DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sun
 PROMPT = "If today is Thursday, tomorrow is"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    # One thread here, and the process's own count back afterwards: a count left at 1 changes
+    # the bits of later in-process runs that other modules compare with a subprocess's.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @lru_cache(maxsize=None)
 def load(name: str):
-    torch.set_num_threads(1)
     tok = AutoTokenizer.from_pretrained(MODELS / name)
     model = AutoModelForCausalLM.from_pretrained(MODELS / name).eval()
     return model, tok

@@ -599,7 +599,7 @@ def _spelled_out(doc: dict) -> dict:
     """The same experiment with every default written and every sugar expanded."""
     doc = copy.deepcopy(doc)
     doc["header"] = {"description": "another description entirely", "protocol_version": "3",
-                     "expect": [{"metric": "iia", "mean": 0.5}]}
+                     "expect": [{"result": "iia", "mean": 0.5}]}
     doc["model"]["dtype"] = "fp32"
     doc["model"]["revision"] = None
     doc["featurizers"] = {}

@@ -19,6 +19,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
                       model_validator)
 
 from ..errors import CausalabError, DocumentError
+from .expect import Expectation
 from ..shapes import Where
 from ..vocab import (COMPONENTS, DTYPES, FEATURIZER_KINDS, MECHANISMS, METRICS, REDUCTIONS,
                      check_params)
@@ -67,7 +68,10 @@ class Header(_Strict):
     """
     description: str = ""
     protocol_version: Optional[str] = None
-    expect: list[dict[str, Any]] = Field(default_factory=list)
+    expect: list[Expectation] = Field(
+        default_factory=list,
+        description="What a test run holds the results to (pytest_causalab): per metric result, "
+                    "aggregates (mean, min, max, all, eligible) compared with thresholds.")
 
 
 class ModelRef(_Strict):

@@ -1,0 +1,177 @@
+"""Stored baselines: the numbers a point produced last time it was accepted.
+
+One file per document, in a folder beside it (``documents/v2/baselines/patching.json``
+for ``documents/v2/patching.causalab.json``; the folder's name is the
+``causalab_baselines`` ini option)::
+
+    {
+     "format": "causalab-baseline/1",
+     "document": "patching.causalab.json",
+     "points": {
+      "patching": {
+       "produced_by": "<sha256 of the point's experiment>",
+       "engine": "nnterp",
+       "results": {"iia": {"rows": {"0": 1.0, "1": null}}}
+      }
+     }
+    }
+
+Only the metrics a document saves as ``.json`` are stored, one value per row by
+example id, in row order (``null`` for an ineligible row). Writers take the
+folder's lock file (``.causalab-lock``), read the file again, change their own
+point and ``os.replace`` a temporary file into place, so xdist workers writing
+different points of one document lose nothing and a reader never sees half a file.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional
+
+from causalab_mini.plan import expect
+
+from .results import Point, stem
+
+FORMAT = "causalab-baseline/1"
+LOCK = ".causalab-lock"  # one per baselines folder, hidden and ignored by git (.gitignore)
+
+
+def path_for(document: Path, folder: str = "baselines") -> Path:
+    document = Path(document)
+    return document.parent / folder / f"{stem(document)}.json"
+
+
+def load(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, json.JSONDecodeError) as err:
+        raise ValueError(f"{path}: not a readable baseline ({err}); delete it and rerun with "
+                         "--causalab-update-baselines=all") from None
+    if data.get("format") != FORMAT:
+        raise ValueError(f"{path}: format {data.get('format')!r}, expected {FORMAT!r}; rerun with "
+                         "--causalab-update-baselines=all")
+    return data
+
+
+def entry(point: Point) -> dict:
+    return {"produced_by": point.produced_by, "engine": point.engine,
+            "results": {name: {"rows": dict(r.pairs())} for name, r in sorted(point.saved().items())}}
+
+
+@contextmanager
+def _locked(path: Path):
+    lock = path.with_name(LOCK)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+b") as fh:
+        try:
+            import fcntl
+        except ImportError:  # Windows: msvcrt's byte-range lock on the lock file
+            import msvcrt
+            fh.seek(0)
+            while True:
+                try:
+                    msvcrt.locking(fh.fileno(), msvcrt.LK_LOCK, 1)
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            try:
+                yield
+            finally:
+                fh.seek(0)
+                msvcrt.locking(fh.fileno(), msvcrt.LK_UNLCK, 1)
+            return
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def store(path: Path, document: Path, point: Point) -> None:
+    """Set this point's entry in the document's baseline file: locked, re-read, replaced atomically."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path):
+        data = load(path) or {"format": FORMAT, "document": Path(document).name, "points": {}}
+        data["points"][point.name] = entry(point)
+        data["points"] = dict(sorted(data["points"].items()))
+        text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+@dataclass
+class Verdict:
+    checks: list = field(default_factory=list)  # failing expect.Check rows
+    notes: list = field(default_factory=list)  # what was written, for a warning
+
+
+def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
+          tolerance) -> Verdict:
+    """Compare ``point`` with its stored baseline; write it where the rules say so.
+
+    ``tolerance(result) -> (rtol, atol)``. ``update``: None, "failing" (rewrite what fails)
+    or "all" (rewrite every point that ran). A missing baseline fails when ``strict``
+    (CI), else is written with a note; a changed ``produced_by`` fails until updated.
+    """
+    path = path_for(point.document, folder)
+    verdict = Verdict()
+    shown = _rel(path)
+    if update == "all":
+        store(path, point.document, point)
+        verdict.notes.append(f"baseline written: {shown} [{point.name}]")
+        return verdict
+    stored = load(path).get("points", {}).get(point.name)
+    saved = point.saved()
+    missing = stored is None or any(name not in stored.get("results", {}) for name in saved)
+    if stored is not None and stored.get("produced_by") != point.produced_by:
+        if update == "failing":
+            store(path, point.document, point)
+            verdict.notes.append(f"baseline updated (the experiment changed): {shown} [{point.name}]")
+            return verdict
+        verdict.checks.append(expect.Check(
+            point.name, "experiment", "produced_by", f"baseline {str(stored.get('produced_by'))[:12]}",
+            point.produced_by[:12], None, False,
+            "the experiment changed since the baseline was recorded; if that is intended, rerun with "
+            "--causalab-update-baselines=failing and commit the baseline"))
+        return verdict
+    if missing:
+        if strict and update is None:
+            verdict.checks.append(expect.Check(
+                point.name, ", ".join(n for n in saved if stored is None or n not in stored["results"]) or "*",
+                "baseline", "stored baseline", "none", None, False,
+                f"no baseline in {shown}; record it with --causalab-update-baselines=all and commit it "
+                "(missing baselines fail under CI or --causalab-strict)"))
+            return verdict
+        store(path, point.document, point)
+        verdict.notes.append(f"baseline was missing and is now written: {shown} [{point.name}]")
+        return verdict
+    for name, result in saved.items():
+        reference = list(stored["results"][name]["rows"].items())
+        rtol, atol = tolerance(name)
+        verdict.checks += expect.compare_rows(point.name, name, "baseline", reference, result.pairs(),
+                                              rtol, atol)
+    if verdict.checks and update == "failing":
+        store(path, point.document, point)
+        verdict.notes.append(f"baseline updated ({len(verdict.checks)} rows had drifted): {shown} [{point.name}]")
+        verdict.checks = []
+    return verdict
+
+
+def _rel(path: Path) -> str:
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)

@@ -1,0 +1,280 @@
+"""One pytest session's state: settings, loaded models, compiled plans, points that ran.
+
+Everything heavy happens here, lazily, at run time: collection never calls into
+this module's caches, so ``pytest --collect-only`` imports no torch. A model is
+loaded once per (resolved model, revision, dtype, engine, device map) — plus
+whether attention probabilities were asked for, which changes how it loads. A
+document is compiled once per engine; a point runs once per engine; a failure
+at any of those stages is cached too, so every item that needs it reports the
+same refusal without trying again.
+"""
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import pytest
+
+from causalab_mini import documents
+
+from .results import Point, Run, point_name, stem
+
+ENGINES = ("nnterp", "hooks", "both")
+UPDATES = ("failing", "all")
+DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-5
+
+
+def session_of(config) -> "Session":
+    return config.stash[SESSION]
+
+
+@dataclass(frozen=True)
+class Settings:
+    engine: str  # nnterp | hooks | both
+    models: tuple[str, ...]
+    data: tuple[str, ...]
+    device_map: str
+    batch_size: Optional[int]
+    out: Optional[Path]
+    update: Optional[str]  # None | failing | all
+    strict: bool  # a missing baseline fails (also when CI is set)
+    rtol: float
+    atol: float
+    baselines: str  # folder beside each document
+    summary: bool
+
+    @property
+    def engines(self) -> tuple[str, ...]:
+        """The engines each point runs on; the first is the one baselines are checked and written from."""
+        return ("nnterp", "hooks") if self.engine == "both" else (self.engine,)
+
+
+def _option(config, name: str):
+    """CLI first, then ini: pytest-asyncio's pattern, so a repository pins defaults in its ini."""
+    value = config.getoption(name, None)
+    return value if value not in (None, [], "") else config.getini(name)
+
+
+def _paths(config, name: str) -> tuple[str, ...]:
+    cli = config.getoption(name, None)
+    if cli:  # relative to where pytest was invoked, made absolute for xdist workers
+        base = config.invocation_params.dir
+        return tuple(str((base / p).resolve()) for p in cli)
+    return tuple(str(p) for p in config.getini(name))  # type "paths": relative to the ini file
+
+
+def _number(config, name: str, kind, minimum=None):
+    raw = _option(config, name)
+    if raw in (None, ""):
+        return None
+    try:
+        value = kind(raw)
+    except (TypeError, ValueError):
+        what = "an integer" if kind is int else "a number"
+        raise pytest.UsageError(f"--{name.replace('_', '-')}: {raw!r} is not {what}") from None
+    if minimum is not None and value < minimum:
+        raise pytest.UsageError(f"--{name.replace('_', '-')}: {raw!r} is below {minimum}")
+    return value
+
+
+def _choice(config, name: str, choices, default, *, ini: bool = True):
+    value = (_option(config, name) if ini else config.getoption(name, None)) or default
+    if value is not None and value not in choices:
+        where = f"--{name.replace('_', '-')}" + (f" (ini {name})" if ini else "")
+        raise pytest.UsageError(f"{where}: {value!r} is not one of {', '.join(choices)}")
+    return value
+
+
+def _flag(config, name: str) -> bool:
+    cli = config.getoption(name, None)
+    return bool(cli) if cli else bool(config.getini(name))
+
+
+def read_settings(config) -> Settings:
+    out = _option(config, "causalab_out")
+    rtol = _number(config, "causalab_rtol", float, 0.0)
+    atol = _number(config, "causalab_atol", float, 0.0)
+    return Settings(
+        engine=_choice(config, "causalab_engine", ENGINES, "nnterp"),
+        models=_paths(config, "causalab_models"),
+        data=_paths(config, "causalab_data"),
+        device_map=_option(config, "causalab_device_map") or "cpu",
+        batch_size=_number(config, "causalab_batch_size", int, 1),
+        out=Path(out).resolve() if out else None,
+        # Command line only: rewriting baselines is a decision for one run, not a setting.
+        update=_choice(config, "causalab_update_baselines", UPDATES, None, ini=False),
+        strict=_flag(config, "causalab_strict") or bool(os.environ.get("CI")),
+        rtol=DEFAULT_RTOL if rtol is None else rtol,
+        atol=DEFAULT_ATOL if atol is None else atol,
+        baselines=_option(config, "causalab_baselines") or "baselines",
+        summary=_flag(config, "causalab_summary"),
+    )
+
+
+@dataclass
+class PendingPoint:
+    """A point about to run, as ``pytest_causalab_modify_point`` sees it: change ``document`` or
+    ``batch_size`` in place. A changed document is compiled on its own (so its ``produced_by``
+    changes with it, and a stored baseline says the experiment changed)."""
+
+    path: Path
+    name: str
+    coords: tuple
+    engine: str
+    document: dict
+    batch_size: Optional[int]
+
+
+@dataclass
+class _Failed:
+    error: BaseException
+
+
+@dataclass
+class Document:
+    path: Path
+    raw: dict
+    points: list  # documents.ValidPoint
+    cache: dict = field(default_factory=dict)
+
+
+class Session:
+    """Caches for one pytest process (each xdist worker has its own)."""
+
+    def __init__(self, config, settings: Settings):
+        self.config = config
+        self.settings = settings
+        self.loads = 0  # models loaded in this process; the plugin's tests count them
+        self._models: dict[tuple, Any] = {}
+        self._documents: dict[Path, Any] = {}
+        self._plans: dict[tuple, Any] = {}
+        self._points: dict[tuple, Any] = {}
+        self._tmp: Optional[Path] = None
+
+    # --- documents, models, plans ---------------------------------------------------------
+
+    def document(self, path) -> Document:
+        path = Path(path).resolve()
+        if path not in self._documents:
+            try:
+                raw = documents.read(path)
+                self._documents[path] = Document(path, raw, documents.points(raw))
+            except Exception as err:  # noqa: BLE001 — cached and re-raised to every asker
+                self._documents[path] = _Failed(err)
+        return _unwrap(self._documents[path])
+
+    def model_key(self, doc: Document, engine: str) -> tuple:
+        from causalab_mini.engine import loading
+        from causalab_mini.runner import uses_attention_probs
+
+        ref = doc.points[0].spec.model
+        resolved = loading.resolve(ref.key, ref.revision, document=doc.path, roots=list(self.settings.models))
+        return (resolved.source, resolved.revision, ref.dtype, engine, self.settings.device_map,
+                uses_attention_probs(doc.points))
+
+    def engine(self, doc: Document, engine: str):
+        key = self.model_key(doc, engine)
+        if key not in self._models:
+            from causalab_mini import runner
+            try:
+                loaded = runner.load_engine(doc.raw, engine=engine, document=doc.path,
+                                            models=list(self.settings.models),
+                                            device_map=self.settings.device_map)
+                self._models[key] = loaded
+                self.loads += 1
+                self.config.hook.pytest_causalab_model_loaded(key=key, engine=loaded, config=self.config)
+            except Exception as err:  # noqa: BLE001
+                self._models[key] = _Failed(err)
+        return _unwrap(self._models[key])
+
+    def plan(self, doc: Document, engine: str):
+        """The whole document compiled against the loaded engine: weightless, once per engine."""
+        key = (doc.path, engine)
+        if key not in self._plans:
+            try:
+                loaded = self.engine(doc, engine)
+                self._plans[key] = documents.compile_plan(doc.raw, document=doc.path,
+                                                          data=list(self.settings.data), facts=loaded)
+            except Exception as err:  # noqa: BLE001
+                self._plans[key] = _Failed(err)
+        return _unwrap(self._plans[key])
+
+    # --- points ---------------------------------------------------------------------------
+
+    def point(self, path, name: Optional[str], engine: str) -> Point:
+        """One point run on one engine: the sub-plan of the compiled document, and nothing else."""
+        doc = self.document(path)
+        shown = point_name(doc.path, name)
+        key = (doc.path, shown, engine)
+        if key not in self._points:
+            try:
+                self._points[key] = self._run_point(doc, name, shown, engine)
+            except Exception as err:  # noqa: BLE001
+                self._points[key] = _Failed(err)
+        return _unwrap(self._points[key])
+
+    def _run_point(self, doc: Document, name: Optional[str], shown: str, engine: str) -> Point:
+        valid = next((p for p in doc.points if p.name == name), None)
+        if valid is None:
+            raise KeyError(f"{doc.path.name} has no point {shown!r}; points: "
+                           f"{[point_name(doc.path, p.name) for p in doc.points]}")
+        plan = self.plan(doc, engine)
+        pending = PendingPoint(doc.path, shown, valid.coords, engine, copy.deepcopy(valid.document),
+                               self.settings.batch_size)
+        self.config.hook.pytest_causalab_modify_point(point=pending, config=self.config)
+        loaded = self.engine(doc, engine)
+        if pending.document != valid.document:
+            # Changed by a hook: compile that point alone; an unswept document is its own point.
+            sub = documents.compile_plan(pending.document, document=doc.path,
+                                         data=list(self.settings.data), facts=loaded)
+        else:
+            sub = plan.steps[name] if name is not None else plan
+        loaded.execute(sub, batch_size=pending.batch_size)
+        out = self._out(doc.path, engine, shown)
+        from causalab_mini.plan.write import write
+        write(sub, out, sub.provenance)
+        return Point(doc.path, shown, valid.coords, engine, sub, out)
+
+    def run(self, path, engine: Optional[str] = None) -> Run:
+        """Every point of a document on one engine (default: the session's first), from the cache."""
+        path = self.resolve(path)
+        engine = engine or self.settings.engines[0]
+        doc = self.document(path)
+        return Run(doc.path, engine, [self.point(path, p.name, engine) for p in doc.points])
+
+    def resolve(self, path) -> Path:
+        """A document path as written in a test: absolute, relative to the rootdir, or to the cwd."""
+        path = Path(path)
+        if path.is_absolute():
+            return path
+        root = self.config.rootpath / path
+        return root if root.exists() else path.resolve()
+
+    def _out(self, path: Path, engine: str, point: str) -> Path:
+        base = self.settings.out
+        if base is None:
+            if self._tmp is None:
+                factory = getattr(self.config, "_tmp_path_factory", None)
+                if factory is not None:
+                    self._tmp = factory.mktemp("causalab", numbered=True)
+                else:  # pragma: no cover - tmpdir plugin disabled
+                    import tempfile
+                    self._tmp = Path(tempfile.mkdtemp(prefix="causalab-"))
+            base = self._tmp
+        try:
+            rel = path.relative_to(self.config.rootpath)
+        except ValueError:
+            rel = Path(path.name)
+        return base / rel.parent / stem(path) / engine / point
+
+
+def _unwrap(value):
+    if isinstance(value, _Failed):
+        raise value.error
+    return value
+
+
+SESSION = pytest.StashKey[Session]()

@@ -1,0 +1,422 @@
+"""pytest_causalab through pytester: documents collected, run, checked and reported as a user sees it.
+
+Each test writes documents (copies of the corpus's, changed where the test needs)
+into pytester's directory and points the plugin at the shipped models and data
+through an ini file. Most runs are in-process; the ones that check imports or
+need real process isolation (xdist) run pytest in a subprocess.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+from xml.etree import ElementTree
+
+import pytest
+
+pytest_plugins = ["pytester"]
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO / "documents" / "v2"
+
+
+@pytest.fixture(autouse=True)
+def _not_ci(monkeypatch):
+    monkeypatch.delenv("CI", raising=False)  # the suite itself may run under CI
+
+
+@pytest.fixture(scope="session")
+def warm():
+    """Run one document on both engines in this process before any pytester exists.
+
+    An in-process pytester run restores ``sys.modules`` when it ends, and torch or a
+    transformers model module dropped that way and imported again breaks the process
+    ("bad call flags", a segfault). Imported here, they are part of every snapshot.
+    """
+    from causalab_mini import documents, runner
+
+    path = CORPUS / "patching.causalab.json"
+    raw = documents.read(path)
+    for engine in ("hooks", "nnterp"):
+        runner.execute(raw, runner.load_engine(raw, engine=engine, document=path), document=path)
+
+
+@pytest.fixture
+def tester(warm, pytester):
+    pytester.makeini(f"""
+        [pytest]
+        addopts = -p no:cacheprovider
+        causalab_models = {REPO / "documents" / "models"}
+        causalab_data = {REPO / "documents" / "data"}
+    """)
+    return pytester
+
+
+def corpus(name: str) -> dict:
+    return json.loads((CORPUS / f"{name}.causalab.json").read_text())
+
+
+def write(tester, name: str, source: str, *, expect=None, edit=None) -> Path:
+    doc = copy.deepcopy(corpus(source))
+    doc["header"]["expect"] = expect or []
+    if edit:
+        edit(doc)
+    path = tester.path / f"{name}.causalab.json"
+    path.write_text(json.dumps(doc, indent=1))
+    return path
+
+
+def baseline(tester, name: str) -> dict:
+    return json.loads((tester.path / "baselines" / f"{name}.json").read_text())
+
+
+def save_baseline(tester, name: str, data: dict) -> None:
+    (tester.path / "baselines" / f"{name}.json").write_text(json.dumps(data, indent=1))
+
+
+# --- collection -------------------------------------------------------------------------------
+
+def test_one_item_per_point_and_one_for_an_unswept_document(tester):
+    write(tester, "sweep", "pos_sweep")
+    write(tester, "single", "patching")
+    result = tester.runpytest("--collect-only", "-q")
+    assert result.ret == 0
+    ids = [line for line in result.outlines if "::" in line]
+    assert sorted(ids) == ["single.causalab.json::single", "sweep.causalab.json::pos=-1",
+                           "sweep.causalab.json::pos=-2", "sweep.causalab.json::pos=-3"]
+
+
+def test_collection_imports_no_engine(tester):
+    write(tester, "sweep", "pos_sweep")
+    write(tester, "single", "patching_gpt2")
+    tester.makeconftest("""
+        import sys
+        def pytest_collection_finish(session):
+            heavy = sorted(m for m in sys.modules
+                           if m.split(".")[0] in ("torch", "transformers", "nnterp", "nnsight"))
+            print("HEAVY:", heavy[:5])
+    """)
+    result = tester.runpytest_subprocess("--collect-only", "-q")
+    assert result.ret == 0
+    result.stdout.fnmatch_lines(["HEAVY: []", "4 tests collected*"])
+
+
+def test_invalid_document_is_a_typed_collection_error(tester):
+    def two_cuts(doc):
+        doc["interventions"]["patching"]["writes"]["patch"]["pos"] = {"index": -1, "last": 2}
+    write(tester, "bad", "patching", edit=two_cuts)
+    result = tester.runpytest()
+    assert result.ret == pytest.ExitCode.INTERRUPTED
+    result.stdout.fnmatch_lines([
+        "*ERROR collecting bad.causalab.json*",
+        "DocumentError in bad.causalab.json",
+        "  at:   interventions.patching.writes.patch.pos",
+        "  what: a position has exactly one cut*",
+    ])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_an_expectation_naming_no_metric_is_refused_at_collection(tester):
+    write(tester, "typo", "patching", expect=[{"result": "iaa", "mean": {">": 0}}])
+    result = tester.runpytest("--collect-only")
+    result.stdout.fnmatch_lines(["  at:   header.expect.0.result", "  what: no metric named 'iaa'",
+                                 "  fix:  metrics here: ['iia', 'logit_diff']"])
+
+
+# --- selection --------------------------------------------------------------------------------
+
+def test_selection_by_node_id_marker_and_keyword(tester):
+    write(tester, "sweep", "pos_sweep")
+    write(tester, "single", "patching")
+
+    def selected(*args):
+        result = tester.runpytest("--collect-only", "-q", *args)
+        return sorted(line for line in result.outlines if "::" in line)
+
+    assert selected("sweep.causalab.json::pos=-2") == ["sweep.causalab.json::pos=-2"]
+    assert selected("-m", "point(pos=-2)") == ["sweep.causalab.json::pos=-2"]
+    assert selected("-m", "causalab and not point(pos=-1)") == [
+        "single.causalab.json::single", "sweep.causalab.json::pos=-2", "sweep.causalab.json::pos=-3"]
+    assert selected("-k", "single") == ["single.causalab.json::single"]
+    assert selected("-k", "pos:-3") == ["sweep.causalab.json::pos=-3"]
+
+
+def test_items_of_one_model_run_together_and_carry_its_xdist_group(tester):
+    write(tester, "a_llama", "pos_sweep")
+    write(tester, "b_gpt2", "patching_gpt2")
+    write(tester, "c_llama", "patching")
+    tester.makeconftest("""
+        def pytest_collection_finish(session):
+            for item in session.items:
+                print("ORDER", item.nodeid, item.get_closest_marker("xdist_group").kwargs["name"])
+    """)
+    result = tester.runpytest("--collect-only", "-q", "-s")
+    order = [line.split()[1:] for line in result.outlines if line.startswith("ORDER")]
+    assert [o[1] for o in order] == ["tiny-llama"] * 4 + ["tiny-gpt2"]
+    assert order[3][0] == "c_llama.causalab.json::c_llama"
+
+
+# --- running: expectations, engines, models loaded once ---------------------------------------
+
+def test_failing_expectation_is_a_table(tester):
+    write(tester, "sweep", "pos_sweep", expect=[
+        {"result": "iia", "mean": {">": 0.8}, "points": ["pos=-1"]},
+        {"result": "logit_diff", "all": {">": 0}, "points": {"pos": -1}},
+        {"result": "iia", "eligible": 1.0},
+    ])
+    result = tester.runpytest("sweep.causalab.json::pos=-1")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines([
+        "*pos=-1 (sweep.causalab.json)*",
+        "2 of 3 checks failed on nnterp: iia mean got 0.5, expected > 0.8 (+1 more)",
+        "point   result      aggregate  expected/baseline  got       difference",
+        "pos=-1  iia         mean       > 0.8              0.5       -0.3",
+        "pos=-1  logit_diff  all        > 0                -7.38469  -7.38469   (2/4 rows miss; worst is row 2)",
+    ])
+    assert "Traceback" not in result.stdout.str()
+
+
+def test_true_expectations_pass_and_report_means(tester):
+    write(tester, "sweep", "pos_sweep", expect=[
+        {"result": "iia", "mean": {"between": [0.25, 0.75]}, "points": ["pos=-1"]},
+        {"result": "iia", "max": {"<=": 0}, "points": {"pos": [-2, -3]}},
+        {"result": "logit_diff", "mean": {"approx": -10.68, "atol": 0.01}, "points": ["pos=-2"]},
+    ])
+    junit = tester.path / "junit.xml"
+    result = tester.runpytest("-v", f"--junitxml={junit}")
+    result.assert_outcomes(passed=3, warnings=3)  # three baselines written
+    result.stdout.fnmatch_lines(["*causalab summary*", "sweep.causalab.json",
+                                 "  point   engine  outcome  iia  logit_diff",
+                                 "  pos=-1  nnterp  passed   0.5  0.6462"])
+    props = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).iter("property")}
+    assert props["causalab.engine"] == "nnterp"
+    assert float(props["causalab.mean.iia"]) in (0.0, 0.5)
+
+
+def test_unsupported_document_is_skipped_with_the_typed_reason(tester):
+    write(tester, "entity", "entity_patch")
+    result = tester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["SKIPPED [[]1] entity.causalab.json:1: Unsupported: v_cf: position*"
+                                 "needs the text-anchored resolver*"])
+
+
+def test_run_time_refusal_shows_the_typed_message(tester):
+    def no_such_model(doc):
+        doc["model"] = {"key": "no-such-model/here/at-all"}
+    write(tester, "lost", "patching", edit=no_such_model)
+    result = tester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["ModelError in lost.causalab.json::lost", "  at:   model.key"])
+    assert "Traceback" not in result.stdout.str()
+
+
+COUNT_LOADS = """
+    import os
+    def pytest_causalab_model_loaded(key, engine, config):
+        with open(os.path.join(str(config.rootpath), "loads.txt"), "a") as fh:
+            fh.write(f"{os.getpid()} {key[0]} {key[3]}\\n")
+    def pytest_causalab_modify_point(point, config):
+        with open(os.path.join(str(config.rootpath), "points.txt"), "a") as fh:
+            fh.write(f"{point.name} {point.engine}\\n")
+"""
+
+
+def test_one_model_load_and_one_run_per_point_shared_with_the_fixture(tester):
+    write(tester, "sweep", "pos_sweep")
+    write(tester, "single", "patching")
+    write(tester, "layers", "layer_pos_sweep")
+    tester.makeconftest(COUNT_LOADS)
+    tester.makepyfile(test_zz_python="""
+        from pytest_causalab.asserts import assert_result
+
+        def test_results_from_python(causalab):
+            run = causalab.run("sweep.causalab.json")
+            assert [p.name for p in run.points] == ["pos=-1", "pos=-2", "pos=-3"]
+            point = run.point("pos=-2")
+            assert point.result("iia").mean() == 0.0
+            assert point.result("iia").values == (0.0, 0.0, 0.0, 0.0)
+            assert point.result("iia").eligible == (True,) * 4
+            assert_result(point, "logit_diff", mean=("<", 0), all=("between", -20, 0), eligible=1.0)
+            import json
+            on_disk = json.loads((point.out / "iia.json").read_text())
+            assert point.table("iia") == on_disk
+            assert causalab.run("single.causalab.json").point().result("iia").mean() == 0.5
+            assert causalab.loads == 1
+    """)
+    result = tester.runpytest("-p", "no:randomly")
+    result.assert_outcomes(passed=9, warnings=8)
+    loads = (tester.path / "loads.txt").read_text().splitlines()
+    assert len(loads) == 1 and loads[0].endswith("tiny-llama nnterp")
+    ran = (tester.path / "points.txt").read_text().splitlines()
+    assert sorted(ran) == sorted(set(ran)) and len(ran) == 8  # each point once, items and fixture
+
+
+def test_assert_result_fails_with_the_table(tester):
+    write(tester, "single", "patching")
+    tester.makepyfile("""
+        from pytest_causalab.asserts import assert_result
+
+        def test_it(causalab):
+            point = causalab.run("single.causalab.json").point()
+            assert_result(point, "iia", mean=(">", 0.8))
+    """)
+    result = tester.runpytest("test_assert_result_fails_with_the_table.py")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["E       AssertionError: ", "E         point * result  aggregate*",
+                                 "E         single [[]nnterp]  iia     mean       > 0.8  *0.5*-0.3*"])
+    assert "asserts.py" not in result.stdout.str()  # the failure is at the caller's line
+
+
+def test_hooks_engine_out_dir_and_summary_columns(tester):
+    write(tester, "sweep", "pos_sweep", expect=[{"result": "iia", "max": {"<=": 0}, "points": {"pos": -3}}])
+    tester.makeconftest("""
+        def pytest_causalab_summary_columns(point, config):
+            return {"rows": len(point.table("iia"))}
+    """)
+    result = tester.runpytest("--causalab-engine=hooks", "--causalab-summary", "--causalab-out=out",
+                              "--causalab-batch-size=3")
+    result.assert_outcomes(passed=3, warnings=3)
+    result.stdout.fnmatch_lines(["  point   engine  outcome  iia  logit_diff  rows",
+                                 "  pos=-3  hooks   passed   0    -10.67      4"])
+    assert baseline(tester, "sweep")["points"]["pos=-1"]["engine"] == "hooks"
+    written = tester.path / "out" / "sweep" / "hooks" / "pos=-2"
+    assert sorted(p.name for p in written.iterdir()) == ["document.json", "iia.json", "logit_diff.json",
+                                                         "run.json"]
+    assert json.loads((written / "run.json").read_text())["batch_size"] == 3
+
+
+def test_both_engines_agree_and_a_difference_shows_where(tester):
+    write(tester, "single", "patching")
+    result = tester.runpytest("--causalab-engine=both", "-v")
+    result.assert_outcomes(passed=1, warnings=1)
+    result.stdout.fnmatch_lines(["  single  nnterp  passed   0.5  0.6462", "  single  hooks   passed   0.5  0.6462"])
+    tester.makeconftest("""
+        def pytest_causalab_modify_point(point, config):
+            if point.engine == "hooks":  # a different experiment on one engine only
+                point.document["interventions"]["patching"]["writes"]["patch"]["pos"] = -2
+    """)
+    result = tester.runpytest("--causalab-engine=both")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*checks failed on nnterp, hooks*",
+                                 "single  iia         row 1      nnterp 1           hooks 0         -1 *"])
+
+
+def test_unknown_engine_is_a_usage_error(tester):
+    write(tester, "single", "patching")
+    result = tester.runpytest("--causalab-engine=pyvene")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--causalab-engine (ini causalab_engine): 'pyvene' is not one of "
+                                 "nnterp, hooks, both*"])
+
+
+# --- baselines --------------------------------------------------------------------------------
+
+def test_baseline_written_then_checked_then_drift_then_update(tester):
+    write(tester, "sweep", "pos_sweep")
+    result = tester.runpytest()
+    result.assert_outcomes(passed=3, warnings=3)
+    result.stdout.fnmatch_lines(["*BaselineWarning: baseline was missing and is now written*"])
+    stored = baseline(tester, "sweep")
+    assert stored["format"] == "causalab-baseline/1"
+    assert list(stored["points"]) == ["pos=-1", "pos=-2", "pos=-3"]
+    assert stored["points"]["pos=-1"]["results"]["iia"]["rows"] == {"0": 0.0, "1": 1.0, "2": 0.0, "3": 1.0}
+    assert re.fullmatch(r"[0-9a-f]{64}", stored["points"]["pos=-1"]["produced_by"])
+
+    tester.runpytest().assert_outcomes(passed=3)  # checked, nothing written
+
+    drifted = copy.deepcopy(stored)
+    drifted["points"]["pos=-2"]["results"]["logit_diff"]["rows"]["1"] += 0.5
+    save_baseline(tester, "sweep", drifted)
+    result = tester.runpytest()
+    result.assert_outcomes(passed=2, failed=1)
+    result.stdout.fnmatch_lines(["pos=-2  logit_diff  row 1      baseline -7.52*  -8.02*  -0.5*"])
+    tester.runpytest("--causalab-atol=0.6").assert_outcomes(passed=3)  # within a looser tolerance
+
+    result = tester.runpytest("--causalab-update-baselines=failing")
+    result.assert_outcomes(passed=3, warnings=1)
+    assert baseline(tester, "sweep") == stored
+    tester.runpytest().assert_outcomes(passed=3)
+
+
+def test_a_changed_experiment_fails_until_its_baseline_is_updated(tester):
+    write(tester, "single", "patching")
+    tester.runpytest().assert_outcomes(passed=1, warnings=1)
+    stored = baseline(tester, "single")
+    old = copy.deepcopy(stored)
+    old["points"]["single"]["produced_by"] = "0" * 64
+    save_baseline(tester, "single", old)
+    result = tester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["single  experiment  produced_by  baseline 000000000000*"
+                                 "the experiment changed since the baseline was recorded*"])
+    tester.runpytest("--causalab-update-baselines=failing").assert_outcomes(passed=1, warnings=1)
+    assert baseline(tester, "single") == stored
+
+
+def test_missing_baseline_fails_under_ci(tester, monkeypatch):
+    write(tester, "single", "patching")
+    monkeypatch.setenv("CI", "1")
+    result = tester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*no baseline in baselines*single.json*--causalab-update-baselines=all*"])
+    assert not (tester.path / "baselines" / "single.json").exists()
+    tester.runpytest("--causalab-update-baselines=all").assert_outcomes(passed=1, warnings=1)
+    tester.runpytest().assert_outcomes(passed=1)
+
+
+def test_update_all_rewrites_passing_points(tester):
+    write(tester, "single", "patching")
+    tester.runpytest().assert_outcomes(passed=1, warnings=1)
+    stored = baseline(tester, "single")
+    stored["points"]["single"]["stale"] = True
+    save_baseline(tester, "single", stored)
+    tester.runpytest("--causalab-update-baselines=all").assert_outcomes(passed=1, warnings=1)
+    assert "stale" not in baseline(tester, "single")["points"]["single"]
+
+
+# --- xdist ------------------------------------------------------------------------------------
+
+def test_xdist_loadgroup_loads_each_model_once_per_worker(tester):
+    write(tester, "sweep", "pos_sweep")
+    write(tester, "layers", "layer_pos_sweep")
+    write(tester, "gpt2", "patching_gpt2")
+    tester.makeconftest(COUNT_LOADS)
+    result = tester.runpytest_subprocess("-n", "2", "--dist", "loadgroup")
+    result.assert_outcomes(passed=8)
+    loads = (tester.path / "loads.txt").read_text().splitlines()
+    assert len(loads) == len(set(loads)) == 2  # one per model: each group went to one worker
+
+
+class _Stub:
+    """What ``baseline.store`` reads of a point."""
+
+    def __init__(self, document, name):
+        self.document, self.name, self.engine, self.produced_by = document, name, "hooks", name * 4
+
+    def saved(self):
+        return {}
+
+
+def _store_many(document: str, worker: int) -> None:
+    from pytest_causalab import baseline
+    for i in range(15):
+        baseline.store(baseline.path_for(Path(document)), Path(document), _Stub(document, f"w{worker}-{i}"))
+
+
+def test_concurrent_baseline_writers_lose_nothing(tmp_path):
+    """xdist workers writing points of one document: locked read-modify-write, atomic replace."""
+    import multiprocessing
+
+    document = str(tmp_path / "doc.causalab.json")
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_store_many, args=(document, w)) for w in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    stored = json.loads((tmp_path / "baselines" / "doc.json").read_text())
+    assert len(stored["points"]) == 60
+    assert not list((tmp_path / "baselines").glob("*.tmp"))
