@@ -25,11 +25,12 @@ a whole document, drawn valid by construction::
 ``prompt_lengths``         a dataset's prompt lengths on a model's tokenizer (not a strategy)
 =========================  ===============================================================
 
-Importing this module imports neither torch, transformers nor pydantic:
-hypothesis loads it through its ``hypothesis`` entry point in every process that
-imports hypothesis. Strategies that build tensors import torch when they draw.
+Importing this module imports neither torch, transformers nor pydantic, so a
+property test pays only for what it draws: strategies that build tensors import
+torch when they draw.
 
-``_hypothesis_setup_hook`` registers the settings profile ``"causalab"``
+Hypothesis's entry point (``pytest_causalab.hypothesis_profile:setup``) registers
+the settings profile ``"causalab"``
 (``deadline=None`` — a first call into torch or a tokenizer is slow, and a
 deadline would flag it — and ``too_slow`` not treated as a failure). Select it
 with ``pytest --hypothesis-profile=causalab`` or ``settings.load_profile``; it is
@@ -38,18 +39,18 @@ registered, never loaded, so it changes nothing by itself.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import math
 import os
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from hypothesis import HealthCheck, assume, settings
+from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from causalab_mini import vocab
+from causalab_mini.engine.loading import weights_digest  # stdlib only: no torch at import
 from causalab_mini.ops import locate
 from causalab_mini.shapes import CHAT_ROLES, CUTS, EOS, FRAMES, Anchor, Where
 
@@ -60,7 +61,7 @@ __all__ = [
     "model_bounds", "prompt_lengths",
 ]
 
-PROFILE = "causalab"
+from .hypothesis_profile import PROFILE  # noqa: E402  (the profile the entry point registers)
 WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 WEEKDAY_PROMPT = "If today is {entity}, tomorrow is"
 # Words the shipped tokenizers were trained on, so decoding reproduces them.
@@ -68,11 +69,6 @@ FILLER_WORDS = ("If", "today", "is", "tomorrow", "Q:", "What", "day", "days", "a
                 "one", "two", "three", "Name", "a", "weekday.")
 _PUNCTUATION = ("", ",", ".", "?")
 _REPO = Path(__file__).resolve().parent.parent
-
-
-def _hypothesis_setup_hook() -> None:
-    """Called by hypothesis through its entry point: register (not load) the ``causalab`` profile."""
-    settings.register_profile(PROFILE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 # --------------------------------------------------------------------------- positions
@@ -560,16 +556,8 @@ def _bounds(model_dir: Path) -> dict:
         "head_dim": first("head_dim", default=d_model // n_heads),
         "d_mlp": first("intermediate_size", "n_inner", default=4 * d_model),
         "vocab_size": text.get("vocab_size"),
-        "revision": _weights_digest(model_dir),
+        "revision": weights_digest(model_dir),
     }
-
-
-def _weights_digest(directory: Path) -> str:
-    # engine.loading.weights_digest, restated so that drawing a document imports no torch.
-    outer = hashlib.sha256()
-    for f in sorted(directory.glob("*.safetensors")):
-        outer.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
-    return "sha256:" + outer.hexdigest()
 
 
 def model_bounds(model: str = "tiny-llama", *, models=None) -> dict:

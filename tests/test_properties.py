@@ -477,10 +477,10 @@ def test_model_bounds_and_prompt_lengths_agree_with_the_engine(facts):
 
 
 def test_importing_the_strategies_imports_no_torch():
-    # hypothesis imports this module through its entry point in every process that
-    # imports hypothesis, so it has to be cheap.
-    code = ("import sys, hypothesis; "
-            "assert 'pytest_causalab.strategies' in sys.modules, 'the entry point did not load'; "
+    # A property-test module pays only for what it draws. Imported first of all, before
+    # hypothesis (whose entry point then registers the profile), it must also import cleanly.
+    code = ("import sys, pytest_causalab.strategies; "
+            "assert 'pytest_causalab.hypothesis_profile' in sys.modules, 'the entry point did not load'; "
             "heavy = [m for m in ('torch', 'transformers', 'pydantic', 'tokenizers') if m in sys.modules]; "
             "assert not heavy, heavy; "
             "from hypothesis import settings; settings.get_profile('causalab')")
