@@ -20,6 +20,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from reference import padded
 import torch
 
 pytest.importorskip("nnterp")
@@ -55,12 +57,7 @@ class Eager:
         self.cf = self.batch([r["counterfactual_inputs"][0] for r in self.rows])
 
     def batch(self, texts):
-        encoded = [self.tok(t)["input_ids"] for t in texts]
-        width = max(len(e) for e in encoded)
-        pad = self.tok.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
-        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
-        return ids, mask
+        return padded(self.tok, texts)[:2]
 
     def run(self, batch, replace=None):
         """(attentions per layer, block outputs per layer, logits); ``replace`` = (layer, fn of weights)."""

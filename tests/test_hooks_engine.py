@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+
+from reference import answer_id, padded
 import torch
 from torch import nn
 
@@ -66,20 +68,10 @@ class Ref:
         return block if name == "layer" else block.get_submodule(self.layout[name])
 
     def answer(self, word: str) -> int:
-        """The first token of ``word`` said after a space (encode "a " + word, take the first new id)."""
-        head = self.tok("a", add_special_tokens=False)["input_ids"]
-        full = self.tok("a " + word.strip(), add_special_tokens=False)["input_ids"]
-        assert full[: len(head)] == head and len(full) > len(head)
-        return full[len(head)]
+        return answer_id(self.tok, word)
 
     def batch(self, texts):
-        """Left padded by hand, position ids counted from each row's first real token."""
-        enc = [self.tok(t)["input_ids"] for t in texts]
-        width = max(len(e) for e in enc)
-        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
-        ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])
-        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc])
-        return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0)
+        return padded(self.tok, texts)
 
     def run(self, texts, hooks=(), pre_hooks=(), what="lm_head"):
         """The lm_head output (or with ``what="logits"`` the model's returned logits, softcap

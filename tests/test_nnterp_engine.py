@@ -16,6 +16,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from reference import answer_id, padded
 import torch
 
 pytest.importorskip("nnterp")
@@ -61,17 +63,10 @@ class Loaded:
         self.base_answer = torch.tensor([self.answer(r["base_answer"]) for r in rows])
 
     def batch(self, texts):
-        """Left padded by hand with the tokenizer's pad id."""
-        encoded = [self.tok(t)["input_ids"] for t in texts]
-        width = max(len(e) for e in encoded)
-        pad = self.tok.pad_token_id
-        ids = torch.tensor([[pad] * (width - len(e)) + e for e in encoded])
-        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in encoded])
-        return ids, mask
+        return padded(self.tok, texts)[:2]
 
     def answer(self, word: str) -> int:
-        head = self.tok("a", add_special_tokens=False)["input_ids"]
-        return self.tok("a " + word.strip(), add_special_tokens=False)["input_ids"][len(head)]
+        return answer_id(self.tok, word)
 
     def module(self, name: str, layer=None):
         path = PATHS[self.family]

@@ -24,6 +24,8 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+
+from reference import answer_id, padded
 import torch
 
 from causalab_mini import cli, documents, runner
@@ -139,20 +141,11 @@ class Reference:
         self.tok = transformers.AutoTokenizer.from_pretrained(path)
 
     def answer(self, word: str) -> int:
-        """The first new token of "a " + word after "a": what the model says for " Sunday"."""
-        head = self.tok("a", add_special_tokens=False)["input_ids"]
-        full = self.tok("a " + word.strip(), add_special_tokens=False)["input_ids"]
-        assert full[: len(head)] == head and len(full) > len(head)
-        return full[len(head)]
+        return answer_id(self.tok, word)
 
     def batch(self, texts):
-        enc = [self.tok(t)["input_ids"] for t in texts]
-        width = max(len(e) for e in enc)
-        pad = self.tok.pad_token_id if self.tok.pad_token_id is not None else 0
-        ids = torch.tensor([[pad] * (width - len(e)) + e for e in enc])
-        mask = torch.tensor([[0] * (width - len(e)) + [1] * len(e) for e in enc])
-        return dict(input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0),
-                    use_cache=False)
+        ids, mask, positions = padded(self.tok, texts)
+        return dict(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
 
     def patched_logits(self, write_pos: int = -1) -> torch.Tensor:
         """Last-token lm_head logits of the base prompts with layer 0's output at ``write_pos``
