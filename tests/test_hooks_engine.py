@@ -515,7 +515,7 @@ def test_hooks_are_removed_when_the_forward_raises(models, tmp_path):
     clean = engine.execute(compile_doc(engine, tmp_path, raw)).result("out_logits")
     patched = next(f for f in plan.steps["score"].forwards if f.model == "patched")
     assert len(patched.taps) == 3  # the write's layer, the attention_z read, the head read
-    resolved = steps.resolve(engine, patched)
+    resolved = steps.resolve(engine, (patched,))[0][0]
     before = _hook_counts(engine.model)
     with pytest.raises(EngineError, match="operand"):
         # An operand of the wrong shape: 7 wide where the residual is 32.
@@ -586,7 +586,7 @@ def test_provenance(models, tmp_path):
 def test_generation_is_unsupported(models, tmp_path):
     engine, _ = models("tiny-llama")
     plan = compile_doc(engine, tmp_path, patch_doc("tiny-llama", {"component": "block_output", "layers": [0]}))
-    forward = steps.resolve(engine, plan.steps["score"].forwards[0])
+    forward = steps.resolve(engine, plan.steps["score"].forwards[:1])[0][0]
     with pytest.raises(Unsupported, match="does not generate"):
         engine.forward(replace(forward, decode=3), {}, {})
 

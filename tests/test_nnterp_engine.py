@@ -464,7 +464,7 @@ def test_batch_size_one_agrees_with_the_whole_batch(llama, tmp_path):
 def test_the_trace_keeps_the_callers_grad_mode(llama, tmp_path):
     """nnsight runs the trace body on a worker thread, where grad mode is not inherited."""
     plan = patching_plan(llama, tmp_path, {"component": "block_output", "layers": [0]})
-    patched = steps.resolve(llama.engine, plan.steps["score"].forwards[1])
+    patched = steps.resolve(llama.engine, plan.steps["score"].forwards[1:2])[0][0]
     operand = torch.zeros(4, 1, 32, requires_grad=True)
     for grad in (False, True):
         values = {"v_cf": operand}
@@ -503,7 +503,7 @@ def test_refusals(llama, tmp_path):
 
 def test_a_refusal_inside_a_trace_comes_out_as_itself(llama, tmp_path):
     plan = patching_plan(llama, tmp_path, {"component": "block_output", "layers": [0]})
-    forward = steps.resolve(llama.engine, plan.steps["score"].forwards[0])
+    forward = steps.resolve(llama.engine, plan.steps["score"].forwards[:1])[0][0]
     past_the_end = dataclasses.replace(forward, windows=(("v_cf", ((99,),) * 4, False),))
     with pytest.raises(EngineError) as caught:
         llama.engine.forward(past_the_end, {}, {})

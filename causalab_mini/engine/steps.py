@@ -16,7 +16,7 @@ import torch
 
 from ..errors import EngineError, Unsupported
 from ..ops import locate, metrics as metric_ops, reduce
-from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Weights
+from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Weights, WriteOp
 
 
 @dataclass
@@ -77,22 +77,108 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
 
 # --- positions ----------------------------------------------------------------
 
-def resolve(engine, forward: Forward) -> Forward:
-    """The forward with every op's window per row resolved against the engine's tokenizer."""
-    prefix = len(locate.special_prefix(engine.tokenizer))
-    spans = locate.content_spans(forward.mask, prefix)
-    entries = []
-    for op in (*forward.writes, *forward.reads):
-        if not op.where.fixed:
-            raise Unsupported(op.name, f"position {op.where.spelling()} needs the text-anchored "
-                              "resolver or the generated frame, which this version does not have",
-                              "use a bare index, span, last or all in the prompt frame")
-        windows = locate.cut_rows(spans, op.where)
-        if any(w is None for w in windows):  # the compiler refused this; a skewed tokenizer can still get here
-            raise EngineError(op.name, f"{op.where.spelling()} does not fit every row on this tokenizer",
-                              "compile against the tokenizer the engine serves")
-        entries.append((op.name, tuple(windows), op.where.ragged))
-    return replace(forward, windows=tuple(entries))
+WRITE_SKIP = ("A read may skip a row; a write may not — writing nothing somewhere is not an "
+              "intervention, and the row would score as if one had happened")
+REASON_FIXES = ("`alignment_ambiguous` is a value that is in the prompt more than once, and scoping "
+                "the anchor is what makes it one; `alignment_missing` is a value (or a segment) the "
+                "row does not have; `cut_outside_scope` is a cut longer than the run it cuts")
+
+
+def _ops(forward: Forward):
+    return (*forward.writes, *forward.reads)
+
+
+def resolve(engine, forwards: tuple[Forward, ...]) -> tuple[tuple[Forward, ...], Optional[dict]]:
+    """Every op's window per row, resolved against the engine's tokenizer; and where they acted.
+
+    A pass whose every position is fixed by the document (a bare index, span, last
+    or all of the whole prompt) resolves the same integers on every row and run:
+    no character map is built and nothing is recorded (None). Any other pass builds
+    one frame per forward and records, per op, each row's window, the reason an
+    empty one is empty, and the tokens it addressed.
+    """
+    tok = engine.tokenizer
+    for f in forwards:
+        for op in _ops(f):
+            if op.where.frame == "generated":
+                raise Unsupported(op.name, f"position {op.where.spelling()} is in the generated frame, "
+                                  "which needs a decode this version does not run",
+                                  "read and write in the prompt frame")
+    prefix = len(locate.special_prefix(tok))
+    anchored = any(not op.where.fixed for f in forwards for op in _ops(f))
+    record: Optional[dict] = {} if anchored else None
+    resolved = []
+    for f in forwards:
+        if anchored:
+            _check_skew(tok, f, prefix)
+            frame = locate.build_frame(tok, f.ids, f.mask, f.segments, prefix=prefix)
+            found = {op.name: locate.locate(frame, op.where, op.anchors) for op in _ops(f)}
+        else:
+            spans = locate.content_spans(f.mask, prefix)
+            found = {}
+            for op in _ops(f):
+                windows = locate.cut_rows(spans, op.where)
+                found[op.name] = (tuple(w or () for w in windows),
+                                  tuple("" if w else locate.OUTSIDE for w in windows))
+        for op in _ops(f):
+            _check_rows(op, f, *found[op.name])
+            if record is not None:
+                windows, reasons = found[op.name]
+                record[op.name] = {"rows": windows, "reason": reasons,
+                                   "tokens": tuple(locate.tokens_of(frame, w, r) for r, w in enumerate(windows))}
+        resolved.append(replace(f, windows=tuple((op.name, found[op.name][0], op.where.ragged) for op in _ops(f))))
+    _check_operands(tuple(resolved))
+    return tuple(resolved), record
+
+
+def _check_skew(tok, forward: Forward, prefix: int) -> None:
+    """Row 0 decoded by the run's tokenizer must read as the client recorded it.
+
+    A different tokenizer on the two sides would put every position in range and in
+    the wrong place, silently. One row is a sample, not a proof.
+    """
+    here = locate.decode(tok, [t for t, m in zip(forward.ids[0], forward.mask[0]) if m])
+    if here != forward.sample:
+        raise EngineError(f"{forward.model} on {forward.input}",
+                          f"the run's tokenizer decodes row 0 as {here!r}, and the client that "
+                          f"compiled the plan recorded {forward.sample!r}",
+                          "compile against the tokenizer of the checkpoint the engine serves "
+                          "(the same key and revision)")
+
+
+def _check_rows(op, forward: Forward, windows, reasons) -> None:
+    empty = {r: why for r, (w, why) in enumerate(zip(windows, reasons)) if not w}
+    if not empty:
+        return
+    if op.where.scope is None:
+        # A cut of the whole prompt names the same tokens on every row: a row it does not
+        # fit is a document wrong about its own prompts (the compiler refused it on its
+        # tokenizer; a skewed one can still get here).
+        lengths = sorted({len(forward.ids[r]) - forward.mask[r].count(0) for r in empty})
+        raise EngineError(op.name, f"{op.where.spelling()} does not fit row(s) {sorted(empty)} of "
+                          f"{forward.model!r} on {forward.input!r}: {locate.OUTSIDE} (prompts of "
+                          f"{lengths} token(s))", "cut inside the shortest prompt, or scope it to a variable")
+    if isinstance(op, WriteOp):
+        raise EngineError(op.name, f"write {op.name!r} has nothing to write on row(s) {empty}. "
+                          f"{WRITE_SKIP}", REASON_FIXES)
+
+
+def _check_operands(forwards: tuple[Forward, ...]) -> None:
+    """A write's operand read must hold, on every row, as many positions as the write acts on."""
+    windows = {name: w for f in forwards for name, w, _ in f.windows}
+    for f in forwards:
+        for w in f.writes:
+            if w.operand is None or w.operand.kind != "read" or w.operand.value not in windows:
+                continue
+            mine, theirs = windows[w.name], windows[w.operand.value]
+            bad = {r: (len(a), len(b)) for r, (a, b) in enumerate(zip(mine, theirs)) if len(a) != len(b)}
+            if bad:
+                shown = {r: f"{a} here, {b} in {w.operand.value!r}" for r, (a, b) in bad.items()}
+                raise EngineError(f"{w.name}.operand", f"write {w.name!r} and its operand read "
+                                  f"{w.operand.value!r} resolved to different numbers of positions on "
+                                  f"row(s) {shown}. {WRITE_SKIP}",
+                                  "scope both to anchors of the same token length, or read and write "
+                                  "one token ({\"index\": -1})")
 
 
 # --- batching windows ---------------------------------------------------------
@@ -134,7 +220,9 @@ def _run_forwards(engine, forwards: tuple[Forward, ...], state: State, rows: int
 def observe(engine, obs: Observe, state: State, *, batch_size: Optional[int] = None,
             live: bool = False) -> dict:
     """One pass: forwards in order, then metrics and outputs. Returns the metrics live (for a fit)."""
-    forwards = tuple(resolve(engine, f) for f in obs.forwards)
+    forwards, positions = resolve(engine, obs.forwards)
+    if positions is not None:
+        obs.results["positions"] = positions
     values = _run_forwards(engine, forwards, state, obs.rows, batch_size)
     windows = {name: (w, r) for f in forwards for name, w, r in f.windows}
     scored = {}

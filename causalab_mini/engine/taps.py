@@ -27,6 +27,21 @@ def operand_value(op, values: dict):
     return values[op.value]
 
 
+def conform(operand, x: Tensor):
+    """An operand read in the other layout than the write's, laid out as the write's positions.
+
+    A rectangular read ``(rows, w, ·)`` feeding a ragged write ``(total, ·)``, or the
+    reverse, holds the same positions in the same row order once the walk has checked
+    each row's count (``steps._check_operands``): only the leading axes differ.
+    """
+    if not isinstance(operand, Tensor) or operand.dim() < 2 or operand.shape[:-1] == x.shape[:-1]:
+        return operand
+    lead = x.shape[:-1]
+    if operand.shape[:-1].numel() != lead.numel():
+        return operand  # a published reduction (no row axis) broadcasts as it is
+    return operand.reshape(*lead, operand.shape[-1])
+
+
 def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: dict,
             project: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
     """Apply ``tap``'s writes in order, then its reads, to ``act``; return the (new) activation.
@@ -44,7 +59,7 @@ def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: 
             f0 = intervene.gather(before, window, ragged=ragged, features=columns, path=w.name)
         new = intervene.apply_write(
             x, featurizer=featurizers.get(w.featurizer, IDENTITY) if w.featurizer else IDENTITY,
-            mechanism=w.mechanism, params=dict(w.params), operand=operand_value(w.operand, values),
+            mechanism=w.mechanism, params=dict(w.params), operand=conform(operand_value(w.operand, values), x),
             f0=f0, features=w.features, path=w.name)
         act = intervene.scatter(act, window, new, ragged=ragged, features=columns, path=w.name)
     for r in tap.reads:

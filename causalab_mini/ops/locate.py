@@ -1,20 +1,39 @@
 """Position resolution: find the run, cut it, check the cut is inside it.
 
-Imports nothing but the standard library and ``shapes`` (torch only where a
-tensor is handed in), because it runs wherever the model is.
+Imports nothing but the standard library and ``shapes``, because it runs
+wherever the model is — on a server that has this package and the checkpoint's
+tokenizer but neither the document nor the dataset. The compiler carries the
+one thing it cannot find for itself: each row's anchor text.
 
-This module holds the cut: one ``Where`` applied to one run ``[start, end)`` of
-absolute indices into the padded row. Negatives count from the end of the run,
-not of the row, so ``{"index": -1}`` inside a scope is the anchor's last token.
+The three questions are independent and answered in order. The run is a row's
+whole content (no scope), the tokens overlapping a chat turn's characters
+(``segment``), or the tokens overlapping the row's own value of a variable
+(``variable``, searched inside the segment when both are given). The cut
+(``index`` / ``span`` / ``last`` / ``all``) counts negatives from the end of the
+run, not of the row. A cut that does not fit its run is an empty window with a
+reason; what an empty window means — a skipped read, a refused write, a wrong
+document — is the caller's policy, not this module's.
+
+Text is searched in the *decoded* ids, through a character map built from the
+ids the run feeds the model (never a re-encoding), so no fast tokenizer and no
+``offset_mapping`` is needed.
 """
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from ..shapes import Where
+from ..shapes import CHAT_ROLES, Where
 
 Window = tuple[int, ...]
 
+MISSING = "alignment_missing"  # the anchor's text (or the segment) is not in this row
+AMBIGUOUS = "alignment_ambiguous"  # it is there more than once: scope it to make it one
+OUTSIDE = "cut_outside_scope"  # the run was found and the cut names tokens it does not have
+
+
+# --- the cut -------------------------------------------------------------------
 
 def cut(start: int, end: int, where: Where) -> Optional[Window]:
     """The absolute positions ``where``'s cut names in the run ``[start, end)``; None if it does not fit."""
@@ -34,6 +53,13 @@ def cut(start: int, end: int, where: Where) -> Optional[Window]:
     return tuple(range(start + a, start + b))
 
 
+def cut_rows(spans: Sequence[tuple[int, int]], where: Where) -> tuple[Optional[Window], ...]:
+    """The fixed cut of every row's run (the prompt frame with no scope)."""
+    return tuple(cut(a, b, where) for a, b in spans)
+
+
+# --- rows as the model sees them -------------------------------------------------
+
 def special_prefix(tok) -> tuple[int, ...]:
     """What the tokenizer puts before every prompt, asked rather than guessed: encode the empty string.
 
@@ -43,8 +69,33 @@ def special_prefix(tok) -> tuple[int, ...]:
     return tuple(tok("")["input_ids"])
 
 
+def pad_id(tok) -> int:
+    for candidate in (tok.pad_token_id, tok.eos_token_id, tok.unk_token_id, 0):
+        if candidate is not None:
+            return candidate
+    return 0
+
+
+def encode_rows(tok, texts: Sequence[str]) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, ...], ...]]:
+    """(ids, mask): each text encoded on its own and padded on the left by hand.
+
+    Alone, so a row's ids do not depend on its batch; by hand, so they do not depend
+    on the tokenizer's padding defaults; on the left, so every row's last token sits
+    at the same index.
+    """
+    encoded = [list(tok(t)["input_ids"]) for t in texts]
+    width = max((len(e) for e in encoded), default=0)
+    pad = pad_id(tok)
+    ids = tuple(tuple([pad] * (width - len(e)) + e) for e in encoded)
+    mask = tuple(tuple([0] * (width - len(e)) + [1] * len(e)) for e in encoded)
+    return ids, mask
+
+
 def content_spans(mask: Sequence[Sequence[int]], prefix: int) -> tuple[tuple[int, int], ...]:
-    """Each row's run: its real tokens after the prefix the tokenizer adds to everything (BOS)."""
+    """Each row's run: its real tokens after the prefix the tokenizer adds to everything (BOS).
+
+    From the mask, so it does not matter which side the padding is on.
+    """
     spans = []
     for row in mask:
         first = next((i for i, m in enumerate(row) if m), len(row))
@@ -53,6 +104,227 @@ def content_spans(mask: Sequence[Sequence[int]], prefix: int) -> tuple[tuple[int
     return tuple(spans)
 
 
-def cut_rows(spans: Sequence[tuple[int, int]], where: Where) -> tuple[Optional[Window], ...]:
-    """The fixed cut of every row's run (the prompt frame with no scope)."""
-    return tuple(cut(a, b, where) for a, b in spans)
+def decode(tok, ids: Sequence[int]) -> str:
+    return tok.decode(list(ids), skip_special_tokens=False)
+
+
+def content_text(tok, ids: Sequence[int], mask: Sequence[int], prefix: int) -> str:
+    """One row's content decoded: the text positions are found in (what the client records too)."""
+    (start, end), = content_spans([mask], prefix)
+    return decode(tok, ids[start:end])
+
+
+# --- the character map -------------------------------------------------------------
+
+def char_map_naive(tok, ids: Sequence[int]) -> tuple[str, tuple[int, ...]]:
+    """(text, offsets) by decoding every growing prefix: O(L) decodes of O(L) work.
+
+    ``offsets[k]`` is the character at which token ``k`` starts and ``offsets[L]`` is
+    ``len(text)``. The definition; :func:`char_map` is the fast road to the same answer.
+    """
+    offsets = tuple(len(decode(tok, ids[:k])) for k in range(len(ids) + 1))
+    return decode(tok, ids), offsets
+
+
+class _Pieces:
+    """Each token's surface text as it reads after an ordinary word, cached per id.
+
+    Decoding a token alone is wrong at the start of a text (sentencepiece drops the
+    leading space of the first piece), so each id is decoded after a fixed plain
+    token and the plain token's own text taken off: O(1) work per distinct id.
+    """
+
+    def __init__(self, tok):
+        self.tok = tok
+        lead = tok("a", add_special_tokens=False)["input_ids"]
+        self.lead = lead[:1]
+        self.lead_text = decode(tok, self.lead) if self.lead else ""
+        self.cache: dict[int, Optional[str]] = {}
+
+    def __call__(self, token: int) -> Optional[str]:
+        if token not in self.cache:
+            both = decode(self.tok, [*self.lead, token]) if self.lead else None
+            ok = both is not None and both.startswith(self.lead_text)
+            self.cache[token] = both[len(self.lead_text):] if ok else None
+        return self.cache[token]
+
+
+def _offsets_from_pieces(tok, ids: Sequence[int], text: str, pieces: _Pieces) -> Optional[tuple[int, ...]]:
+    """Cumulative piece lengths, or None when the pieces do not spell the decoded text.
+
+    They fail to for tokens whose text depends on their neighbours (byte-fallback
+    pieces of one multi-byte character, a decoder's cleanup of spaces); the caller
+    then takes the definition.
+    """
+    if not ids:
+        return (0,) if text == "" else None
+    first = decode(tok, ids[:1])
+    parts = [first]
+    for token in ids[1:]:
+        piece = pieces(token)
+        if piece is None:
+            return None
+        parts.append(piece)
+    if "".join(parts) != text:
+        return None
+    offsets = [0]
+    for part in parts:
+        offsets.append(offsets[-1] + len(part))
+    return tuple(offsets)
+
+
+def char_map(tok, ids: Sequence[int], *, pieces: Optional[_Pieces] = None) -> tuple[str, tuple[int, ...]]:
+    """(text, offsets) of ``ids``: equal to :func:`char_map_naive`, in O(L) decode work.
+
+    Each token's piece is decoded once per distinct id and the pieces are checked
+    to spell the decoded text exactly; a row where they do not falls back to the
+    growing-prefix definition.
+    """
+    ids = list(ids)
+    text = decode(tok, ids)
+    offsets = _offsets_from_pieces(tok, ids, text, pieces or _Pieces(tok))
+    if offsets is None:
+        return char_map_naive(tok, ids)
+    return text, offsets
+
+
+# --- the frame ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Frame:
+    """One forward's rows as the resolver sees them; every tap of the forward shares it.
+
+    ``starts``/``ends`` are each row's content span in the padded sequence (after
+    the tokenizer's prefix). ``texts[r]`` is that content decoded and
+    ``offsets[r][k]`` the character where content token ``k`` starts (one more
+    entry than tokens). ``segments[r]`` maps a segment name to a character span
+    of ``texts[r]``: the chat turns the compiler found, or ``eos`` in a continuation.
+    """
+
+    ids: tuple[tuple[int, ...], ...]
+    starts: tuple[int, ...]
+    ends: tuple[int, ...]
+    texts: tuple[str, ...]
+    offsets: tuple[tuple[int, ...], ...]
+    segments: Optional[tuple[dict, ...]] = None
+
+    @property
+    def rows(self) -> int:
+        return len(self.ids)
+
+
+def build_frame(tok, ids: Sequence[Sequence[int]], mask: Sequence[Sequence[int]],
+                segments: Optional[Sequence[dict]] = None, *, prefix: Optional[int] = None) -> Frame:
+    """The frame of a padded batch: content spans from the mask, a character map per row."""
+    prefix = len(special_prefix(tok)) if prefix is None else prefix
+    spans = content_spans(mask, prefix)
+    pieces = _Pieces(tok)
+    texts, offsets = [], []
+    for row, (a, b) in zip(ids, spans):
+        text, offs = char_map(tok, row[a:b], pieces=pieces)
+        texts.append(text)
+        offsets.append(offs)
+    return Frame(ids=tuple(tuple(r) for r in ids), starts=tuple(a for a, _ in spans),
+                 ends=tuple(b for _, b in spans), texts=tuple(texts), offsets=tuple(offsets),
+                 segments=tuple(dict(s) for s in segments) if segments is not None else None)
+
+
+def frame_of_texts(tok, texts: Sequence[str], segments: Optional[Sequence[dict]] = None):
+    """(ids, mask, frame) for plain prompts: encoded as the compiler encodes them, then framed."""
+    ids, mask = encode_rows(tok, texts)
+    return ids, mask, build_frame(tok, ids, mask, segments)
+
+
+# --- finding the run -------------------------------------------------------------------
+
+def find_text(text: str, value: str, lo: int = 0, hi: Optional[int] = None):
+    """((start, end), "") where ``value`` is in ``text[lo:hi]`` once; (None, reason) otherwise.
+
+    Tries the value, then ``" " + value``, then the stripped value; the first
+    spelling that hits at all decides, so ``" Thursday"`` found once is one hit even
+    though ``"Thursday"`` is also inside it.
+    """
+    hi = len(text) if hi is None else hi
+    for spelling in dict.fromkeys((value, " " + value, value.strip())):
+        if not spelling:
+            continue
+        hits = []
+        at = text.find(spelling, lo, hi)
+        while at >= 0 and len(hits) < 2:
+            hits.append(at)
+            at = text.find(spelling, at + 1, hi)
+        if len(hits) == 1:
+            return (hits[0], hits[0] + len(spelling)), ""
+        if hits:
+            return None, AMBIGUOUS
+    return None, MISSING
+
+
+def tokens_over(offsets: Sequence[int], a: int, b: int) -> Optional[tuple[int, int]]:
+    """Content tokens ``[i, j)`` overlapping characters ``[a, b)``: every token that overlaps, not
+    only those inside — the addressed thing is a token, so ``' Th'`` is in the window of ``"Thursday"``."""
+    n = len(offsets) - 1
+    i = max(bisect_right(offsets, a) - 1, 0)
+    while i < n and offsets[i + 1] <= a:  # skip tokens that end at or before a (zero-width included)
+        i += 1
+    j = bisect_left(offsets, b, 0, n)  # tokens starting before b
+    return (i, j) if i < j else None
+
+
+def _segment(frame: Frame, row: int, name: str):
+    found = frame.segments[row] if frame.segments is not None else None
+    if found is not None and name in found:
+        return tuple(found[name]), ""
+    if found is not None and name in CHAT_ROLES and f"{name}[1]" in found:
+        return None, AMBIGUOUS  # the bare name is recorded only for a role that spoke once
+    return None, MISSING
+
+
+def run_of(frame: Frame, row: int, where: Where, anchor: Optional[str]):
+    """((start, end), "") the absolute token run ``where``'s scope names on ``row``; (None, reason) if none."""
+    start, end = frame.starts[row], frame.ends[row]
+    scope = where.scope
+    if scope is None:
+        return (start, end), ""
+    text, offsets = frame.texts[row], frame.offsets[row]
+    lo, hi = 0, len(text)
+    if scope.segment is not None:
+        span, reason = _segment(frame, row, scope.segment)
+        if span is None:
+            return None, reason
+        lo, hi = span
+    if scope.variable is not None:
+        if anchor is None:
+            return None, MISSING
+        span, reason = find_text(text, anchor, lo, hi)
+        if span is None:
+            return None, reason
+        lo, hi = span
+    tokens = tokens_over(offsets, lo, hi)
+    if tokens is None:
+        return None, MISSING
+    return (start + tokens[0], start + tokens[1]), ""
+
+
+def locate(frame: Frame, where: Where, anchors: Optional[Sequence[Optional[str]]] = None):
+    """(windows, reasons) of ``where`` on every row of ``frame``: an empty window has a reason."""
+    windows, reasons = [], []
+    for row in range(frame.rows):
+        run, reason = run_of(frame, row, where, anchors[row] if anchors is not None else None)
+        window = cut(*run, where) if run is not None else None
+        if run is not None and window is None:
+            reason = OUTSIDE
+        windows.append(window or ())
+        reasons.append(reason)
+    return tuple(windows), tuple(reasons)
+
+
+def tokens_of(frame: Frame, window: Sequence[int], row: int) -> str:
+    """What ``window`` addresses on ``row``, as the repr of its text ('' for an empty window)."""
+    if not window:
+        return ""
+    start, offsets = frame.starts[row], frame.offsets[row]
+    a, b = min(window) - start, max(window) - start + 1
+    if a < 0 or b > len(offsets) - 1:  # the prefix or padding: outside the text the map covers
+        return repr("".join(f"<{frame.ids[row][p]}>" for p in window))
+    return repr(frame.texts[row][offsets[a]:offsets[b]])

@@ -197,7 +197,7 @@ class _PointCompiler:
             rendered = [render_row(self.tok, data_mod.get_field(ds.rows[i], field, path=f"roles.{role}.field",
                                                                 row_index=i), f"roles.{role}.field", i)
                         for i in rows]
-            texts[role] = tokenize_rows(self.tok, rendered)
+            texts[role] = tokenize_rows(self.tok, rendered, path=f"roles.{role}.field")
         forwards = tuple(self._forward(ipath, iv, model, role, loaded, rows, texts[role])
                          for model, role in _schedule(ipath, iv, self.addresses))
         self._check_operands(ipath, iv, forwards)
@@ -210,7 +210,13 @@ class _PointCompiler:
                        outputs=outputs, saves=saves, example_ids=example_ids,
                        produced_by=self.spec.produced_by)
 
-    def _anchors(self, path: str, where, role: str, loaded: dict, rows) -> Optional[tuple]:
+    def _anchors(self, path: str, where, role: str, loaded: dict, rows, tokens: Tokenized) -> Optional[tuple]:
+        """The per-row text a variable scope binds to; a segment scope needs a chat to find it in."""
+        segment = where.scope.segment if where.scope is not None else None
+        if segment is not None and where.frame == "prompt" and tokens.segments is None:
+            raise CompileError(f"{path}.pos.scope.segment", f"segment {segment!r} is a chat turn, and "
+                               f"role {role!r} ({self.spec.roles[role].field}) holds plain-text prompts",
+                               "scope a variable, or give the role a field of {\"role\", \"content\"} messages")
         if where.scope is None or where.scope.variable is None:
             return None
         ds = loaded[role]
@@ -259,7 +265,7 @@ class _PointCompiler:
                 operand = Operand(kind, value)
             ops.append(WriteOp(
                 name=wname, address=address, where=w.pos,
-                anchors=self._anchors(wpath, w.pos, role, loaded, rows), mechanism=w.mechanism,
+                anchors=self._anchors(wpath, w.pos, role, loaded, rows, tokens), mechanism=w.mechanism,
                 operand=operand, params=tuple(sorted(w.params.items())), featurizer=w.featurizer,
                 features=tuple(w.features) if w.features is not None else None,
                 step=_step_of(w.pos)))
@@ -279,7 +285,7 @@ class _PointCompiler:
                                        f"{held / 2**20:.0f} MiB, over the {BUFFER_BOUND >> 20} MiB bound",
                                        "read at a decode step ({\"index\": k}), fewer rows, or a narrower site")
             ops.append(ReadOp(name=rname, address=address, where=r.pos,
-                              anchors=self._anchors(rpath, r.pos, role, loaded, rows),
+                              anchors=self._anchors(rpath, r.pos, role, loaded, rows, tokens),
                               featurizer=r.featurizer, view=r.view, width=width, step=step))
         return Forward(model=model, input=role, dataset=loaded[role].ref, ids=tokens.ids,
                        mask=tokens.mask, sample=tokens.sample, texts=tokens.texts,

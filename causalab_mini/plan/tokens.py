@@ -1,8 +1,9 @@
 """Tokenization on the client: prompts left padded, and one vocabulary id per answer.
 
-Each prompt is encoded on its own and padded on the left by hand, so the ids do
-not depend on a tokenizer's padding defaults, and every row's last token sits
-at the same index.
+The ids are made by ``locate.encode_rows`` — the encoding the resolver's own
+``frame_of_texts`` uses — so the client and the run cannot disagree about what
+a row is. A chat row's turns are located here, in the row's *decoded* content:
+the coordinates the resolver works in.
 """
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import CompileError
-from ..ops.locate import special_prefix
+from ..ops import locate
 
 
 @dataclass(frozen=True)
 class Rendered:
     text: str
-    segments: Optional[dict]  # chat turn name -> (start, end) in ``text``; None for a plain prompt
+    turns: Optional[tuple[tuple[str, str], ...]] = None  # (role, content) of a chat; None for a plain prompt
 
 
 @dataclass(frozen=True)
@@ -29,22 +30,42 @@ class Tokenized:
     segments: Optional[tuple[dict, ...]]
 
 
-def pad_id(tok) -> int:
-    for candidate in (tok.pad_token_id, tok.eos_token_id, tok.unk_token_id, 0):
-        if candidate is not None:
-            return candidate
-    return 0
-
-
-def tokenize_rows(tok, rendered: list[Rendered]) -> Tokenized:
-    encoded = [list(tok(r.text)["input_ids"]) for r in rendered]
-    width = max(len(e) for e in encoded)
-    pad = pad_id(tok)
-    ids = tuple(tuple([pad] * (width - len(e)) + e) for e in encoded)
-    mask = tuple(tuple([0] * (width - len(e)) + [1] * len(e)) for e in encoded)
-    segments = tuple(r.segments for r in rendered) if any(r.segments for r in rendered) else None
+def tokenize_rows(tok, rendered: list[Rendered], *, path: str = "") -> Tokenized:
+    ids, mask = locate.encode_rows(tok, [r.text for r in rendered])
+    prefix = len(locate.special_prefix(tok))
+    segments = None
+    if any(r.turns for r in rendered):
+        segments = tuple(
+            turn_spans(locate.content_text(tok, ids[i], mask[i], prefix), r.turns or (), path, i)
+            for i, r in enumerate(rendered))
+    first = [t for t, m in zip(ids[0], mask[0]) if m] if ids else []
     return Tokenized(ids=ids, mask=mask, texts=tuple(r.text for r in rendered),
-                     sample=tok.decode(encoded[0]), prefix=len(special_prefix(tok)), segments=segments)
+                     sample=locate.decode(tok, first), prefix=prefix, segments=segments)
+
+
+def turn_spans(text: str, turns, path: str, row: int) -> dict:
+    """Each turn's content as a character span of ``text``: ``role[k]``, and ``role`` for a role that spoke once.
+
+    Each content is found as itself, after the previous turn, so the template's
+    control tokens sit between turns and inside none of them.
+    """
+    spans: dict = {}
+    counts: dict = {}
+    cursor = 0
+    for role, content in turns:
+        start = text.find(content, cursor)
+        if start < 0:
+            raise CompileError(path, f"row {row}: the {role} turn's content {content!r} is not in the "
+                               "conversation as the tokenizer decodes it",
+                               "use plain-text prompts, or messages the template renders verbatim")
+        k = counts.get(role, 0)
+        counts[role] = k + 1
+        spans[f"{role}[{k}]"] = (start, start + len(content))
+        cursor = start + len(content)
+    for role, n in counts.items():
+        if n == 1:  # the bare name only for a role that spoke once; twice is ambiguous
+            spans[role] = spans[f"{role}[0]"]
+    return spans
 
 
 def answer_token(tok, value, *, path: str) -> int:
