@@ -17,6 +17,7 @@ import torch
 from ..errors import EngineError, Unsupported
 from ..ops import locate, metrics as metric_ops, reduce
 from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Weights, WriteOp
+from . import fit as fitting
 
 
 @dataclass
@@ -69,9 +70,15 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
         with torch.no_grad():
             observe(engine, step, state, batch_size=batch_size)
         return step
-    if isinstance(step, (Featurizers, Fit, Weights)):
-        raise Unsupported(step.name, f"{step.kind} steps (featurizers, fitting, weights) are not "
-                          "implemented in this version", "run documents without featurizers")
+    if isinstance(step, Featurizers):
+        fitting.construct(step, state)
+        return step
+    if isinstance(step, Fit):
+        fitting.fit(engine, step, state, batch_size=batch_size)
+        return step
+    if isinstance(step, Weights):
+        fitting.weights(step, state)
+        return step
     raise TypeError(f"unknown step {type(step).__name__}")
 
 

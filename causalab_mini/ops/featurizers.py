@@ -20,6 +20,7 @@ functions — that is the one place a featurizer's own selection plugs in.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Protocol, runtime_checkable
 
 import torch
@@ -77,3 +78,206 @@ def merge_features(f: Tensor, sub: Tensor, features: tuple[int, ...]) -> Tensor:
     coordinates of ``f`` that pass through.
     """
     return f.index_copy(f.dim() - 1, _index(features, f), sub.to(f.dtype))
+
+
+# --------------------------------------------------------------------------- declarable kinds
+#
+# Every kind below returns the activation to the bit when the mechanism leaves the
+# features alone: ``inverse`` adds the *change* in feature space, mapped back, to
+# ``x`` — ``x + back(f') - back(f)`` — which equals ``back(f') + err`` in exact
+# arithmetic and is exactly ``x`` when ``f' == f``. The error term (what the map
+# throws away) is therefore never rounded into the write.
+
+
+def _on(t: Tensor, like: Tensor) -> Tensor:
+    return t if t.device == like.device else t.to(like.device)
+
+
+def cayley(weight: Tensor) -> Tensor:
+    """Q = (I − A)⁻¹ (I + A) E with A = W Eᵀ − E Wᵀ: a (d, k) orthonormal basis for every W.
+
+    A has rank 2k (A = U Vᵀ with U = [W, −E], V = [E, W]), so the inverse is taken
+    by Woodbury — (I − U Vᵀ)⁻¹ = I + U (I − Vᵀ U)⁻¹ Vᵀ — and the only system solved
+    is 2k × 2k: O(d·k²) per access instead of a d × d solve. E (the first k columns
+    of the identity) is never built: against it every product is a slice.
+    """
+    d, k = weight.shape
+    eye = torch.eye(k, dtype=weight.dtype, device=weight.device)
+    top = weight[:k]  # Eᵀ W
+    # (I + A) E = E + W − E (W[:k])ᵀ
+    b = torch.cat([top + eye - top.T, weight[k:]], dim=0)
+    # I − Vᵀ U, with Vᵀ U = [[W[:k], −I], [Wᵀ W, −W[:k]ᵀ]]
+    inner = torch.cat([torch.cat([eye - top, eye], dim=1),
+                       torch.cat([-(weight.T @ weight), eye + top.T], dim=1)], dim=0)
+    rhs = torch.cat([b[:k], weight.T @ b], dim=0)  # Vᵀ b
+    s = torch.linalg.solve(inner, rhs)
+    q = b + weight @ s[:k]  # + U s = W s₁ − E s₂
+    return torch.cat([q[:k] - s[k:], q[k:]], dim=0)
+
+
+def cayley_direct(weight: Tensor) -> Tensor:
+    """The same Q by the d × d solve: the definition, for tests and the benchmark."""
+    d, k = weight.shape
+    eye_dk = torch.eye(d, k, dtype=weight.dtype, device=weight.device)
+    a = weight @ eye_dk.T - eye_dk @ weight.T
+    eye = torch.eye(d, dtype=weight.dtype, device=weight.device)
+    return torch.linalg.solve(eye - a, (eye + a) @ eye_dk)
+
+
+class _Basis:
+    """featurize(x) = (x Q, x − x Q Qᵀ); inverse adds (f′ − f) Qᵀ to x."""
+
+    def featurize(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        q = _on(self.basis(), x)
+        f = x @ q
+        return f, x - f @ q.T
+
+    def inverse(self, f: Tensor, err: Optional[Tensor], x: Tensor) -> Tensor:
+        q = _on(self.basis(), x)
+        return x + (f - x @ q) @ q.T
+
+
+class Subspace(_Basis):
+    """DAS's rotation: a (d, k) parameter W, and Q = cayley(W) recomputed on every access.
+
+    Recomputed, because a cached basis would be stale the moment an optimizer
+    stepped. Unfitted, W is a reproducible draw from ``seed`` scaled by 1/√d:
+    unscaled, the skew matrix's singular values grow like √d and the transform
+    saturates toward −I, a rotation no gradient can move.
+    """
+
+    kind = "subspace"
+
+    def __init__(self, d: int, k: int, *, seed: int = 0, weight: Optional[Tensor] = None):
+        if weight is None:
+            gen = torch.Generator().manual_seed(seed)
+            weight = torch.randn(d, k, generator=gen, dtype=torch.float32) / math.sqrt(d)
+        self.weight = torch.nn.Parameter(weight.detach().to(torch.float32).clone())
+        self.training = False
+
+    def basis(self) -> Tensor:
+        return cayley(self.weight)
+
+    def parameters(self) -> list[Tensor]:
+        return [self.weight]
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {"weight": self.weight.detach()}
+
+
+class PCA(_Basis):
+    """A stored orthonormal basis Q (d, k): always loaded, never trained — the control for DAS."""
+
+    kind = "pca"
+
+    def __init__(self, q: Tensor):
+        self.q = q.detach().to(torch.float32)
+        self.training = False
+
+    def basis(self) -> Tensor:
+        return self.q
+
+    def parameters(self) -> list[Tensor]:
+        return []
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {"Q": self.q}
+
+
+class Dictionary:
+    """An SAE (``sae``: ReLU) or a linear dictionary (``linear``), with SAELens's names and orientations.
+
+    f = act((x − b_dec) W_enc + b_enc), decode(f) = f W_dec + b_dec, err = x − decode(f).
+    W_enc is (d, k), W_dec (k, d); a missing W_dec is tied, W_encᵀ. A write changes
+    what the dictionary explains and leaves what it does not explain as it was: with
+    f′ = f the activation comes back to the bit, however bad the reconstruction.
+    """
+
+    def __init__(self, kind: str, w_enc: Tensor, b_enc: Optional[Tensor] = None,
+                 w_dec: Optional[Tensor] = None, b_dec: Optional[Tensor] = None):
+        d, k = w_enc.shape
+        self.kind = kind
+        self.w_enc = w_enc.detach().to(torch.float32)
+        self.w_dec = (w_dec.detach().to(torch.float32) if w_dec is not None else self.w_enc.T)
+        self.tied = w_dec is None
+        self.b_enc = b_enc.detach().to(torch.float32) if b_enc is not None else torch.zeros(k)
+        self.b_dec = b_dec.detach().to(torch.float32) if b_dec is not None else torch.zeros(d)
+        self.training = False
+
+    def encode(self, x: Tensor) -> Tensor:
+        pre = (x - _on(self.b_dec, x)) @ _on(self.w_enc, x) + _on(self.b_enc, x)
+        return torch.relu(pre) if self.kind == "sae" else pre
+
+    def decode(self, f: Tensor) -> Tensor:
+        return f @ _on(self.w_dec, f) + _on(self.b_dec, f)
+
+    def featurize(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        f = self.encode(x)
+        return f, x - self.decode(f)
+
+    def inverse(self, f: Tensor, err: Optional[Tensor], x: Tensor) -> Tensor:
+        delta = self.decode(f) - self.decode(self.encode(x))
+        # Where nothing changed, x itself — not x + 0.0, which would turn a −0.0 into +0.0.
+        return torch.where(delta == 0, x, x + delta)
+
+    def parameters(self) -> list[Tensor]:
+        return []
+
+    def tensors(self) -> dict[str, Tensor]:
+        out = {"W_enc": self.w_enc, "b_enc": self.b_enc, "b_dec": self.b_dec}
+        if not self.tied:
+            out["W_dec"] = self.w_dec
+        return out
+
+
+class Gate:
+    """DBM's learned mask over the site's units: featurize(x) = (x, 0); inverse = m ⊙ f + (1 − m) ⊙ x.
+
+    One parameter θ, two readings — the only mode in the library: while a fit
+    trains it (``training``) the mask is soft, σ(θ / T); otherwise it is hard,
+    θ > 0, including for a gate loaded from a file, which is a mask and nothing
+    else. ``start`` puts every θ at that value (default 0: σ = ½ while training,
+    every unit off until a fit says otherwise).
+    """
+
+    kind = "gate"
+
+    def __init__(self, d: int, *, start: Optional[float] = None, theta: Optional[Tensor] = None):
+        if theta is None:
+            theta = torch.full((d,), 0.0 if start is None else float(start), dtype=torch.float32)
+        self.theta = torch.nn.Parameter(theta.detach().to(torch.float32).clone())
+        self.training = False
+        self.temperature = 1.0
+
+    def soft_mask(self) -> Tensor:
+        return torch.sigmoid(self.theta / self.temperature)
+
+    def featurize(self, x: Tensor) -> tuple[Tensor, None]:
+        return x, None
+
+    def inverse(self, f: Tensor, err: Optional[Tensor], x: Tensor) -> Tensor:
+        if self.training:
+            m = _on(self.soft_mask(), x)
+            return m * f + (1 - m) * x
+        return torch.where(_on(self.theta > 0, x), f, x)
+
+    def parameters(self) -> list[Tensor]:
+        return [self.theta]
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {"theta": self.theta.detach()}
+
+
+def build(kind: str, d: int, k: Optional[int], *, seed: int = 0, start: Optional[float] = None,
+          tensors: Optional[dict] = None):
+    """A featurizer of ``kind`` for a ``d``-wide site: from a bundle's ``tensors``, or fresh."""
+    t = tensors or {}
+    if kind == "subspace":
+        return Subspace(d, k, seed=seed, weight=t.get("weight"))
+    if kind == "gate":
+        return Gate(d, start=start, theta=t.get("theta"))
+    if kind == "pca":
+        return PCA(t["Q"] if "Q" in t else next(iter(t.values())))
+    if kind in ("sae", "linear"):
+        return Dictionary(kind, t["W_enc"], t.get("b_enc"), t.get("W_dec"), t.get("b_dec"))
+    raise ValueError(f"unknown featurizer kind {kind!r}")

@@ -24,7 +24,7 @@ from .plan import (Address, FeaturizerSpec, Featurizers, Fit, Forward, Metric, O
 from .rules import ORIGINAL
 from .spec import FitStep, ObserveStep, Ref, Spec, WeightsStep
 from .tokens import Tokenized, answer_token, tokenize_rows
-from .featurizer_files import space_width
+from .featurizer_files import bundle_header, space_width
 
 BUFFER_BOUND = 256 * 2**20  # bytes a stacked continuation read may hold (rows × decode × width × 4)
 
@@ -88,7 +88,8 @@ class _PointCompiler:
                                "read or write the pattern with the identity featurizer")
         d = self.addresses[feat.site].width
         if feat.file_path is not None:
-            return space_width(feat, self._file(feat.file_path, f"{path}.file_path"), d, path)
+            expected = dict(bundle_header(self.spec.model, self.addresses[feat.site], feat.kind, d, feat.k))
+            return space_width(feat, self._file(feat.file_path, f"{path}.file_path"), d, path, expected)
         if feat.kind == "gate":
             return d
         if feat.k > d:
@@ -181,8 +182,29 @@ class _PointCompiler:
         model = self.spec.model
         header = (("model", model.key), ("revision", model.revision or ""),
                   ("produced_by", self.spec.produced_by))
-        return Weights(name=sname, names=tuple(step.names),
-                       saves=tuple(SaveSpec(s.value, s.file_path) for s in step.saves), header=header)
+        saves = []
+        for s in step.saves:
+            feat = self.spec.featurizers[s.value]
+            address = self.addresses[feat.site]
+            saves.append(SaveSpec(s.value, s.file_path, bundle_header(
+                model, address, feat.kind, address.width, None if feat.kind == "gate" else self.spaces[s.value],
+                seed=feat.seed, produced_by=self.spec.produced_by)))
+        return Weights(name=sname, names=tuple(step.names), saves=tuple(saves), header=header)
+
+    def _saves(self, step, iv, outputs) -> tuple[SaveSpec, ...]:
+        """An observe step's saves; a tensor output's carries where it was read, for whoever loads it."""
+        saves = []
+        for s in getattr(step, "saves", ()):
+            out = next((o for o in outputs if o.name == s.value), None)
+            header = ()
+            if out is not None and not s.file_path.endswith(".json"):
+                read = iv.reads[out.read]
+                address = self.addresses[read.site]
+                d = self.spaces[read.featurizer] if read.featurizer else address.width
+                header = bundle_header(self.spec.model, address, out.reduce or "activations", d, out.k,
+                                       produced_by=self.spec.produced_by)
+            saves.append(SaveSpec(s.value, s.file_path, header))
+        return tuple(saves)
 
     # --- one pass ----------------------------------------------------------
     def _pass(self, name: str, sname: str, iv_name: str, loaded: dict, rows, step) -> Observe:
@@ -205,7 +227,7 @@ class _PointCompiler:
                         for m, metric in iv.metrics.items())
         outputs = tuple(OutputSpec(o, out.read, out.reduce, out.k)
                         for o, out in getattr(step, "outputs", {}).items())
-        saves = tuple(SaveSpec(s.value, s.file_path) for s in getattr(step, "saves", ()))
+        saves = self._saves(step, iv, outputs)
         return Observe(name=name, intervention=iv_name, forwards=forwards, metrics=metrics,
                        outputs=outputs, saves=saves, example_ids=example_ids,
                        produced_by=self.spec.produced_by)

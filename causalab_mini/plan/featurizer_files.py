@@ -21,14 +21,49 @@ def header(path: Path) -> dict:
         return json.loads(fh.read(length))
 
 
-def space_width(feat, path: Path, d: int, doc_path: str) -> int:
-    """The width of a loaded featurizer's space, its d checked against the site's."""
+# What a bundle's header must agree with the loading document on, when it says at all.
+CHECKED = ("model", "revision", "kind", "component", "layer", "d", "k")
+
+
+def bundle_header(model, address, kind: str, d: int, k, **more) -> tuple[tuple[str, str], ...]:
+    """The ``__metadata__`` of a tensor file: model key and revision, site, kind, k, d (all strings)."""
+    pairs = {"model": model.key, "revision": model.revision or "", "kind": kind,
+             "component": address.component, "layer": "" if address.layer is None else str(address.layer),
+             "d": str(d), "k": "" if k is None else str(k)}
+    pairs.update({key: str(value) for key, value in more.items()})
+    return tuple(pairs.items())
+
+
+def check_header(recorded: dict, expected: dict, path: Path, doc_path: str) -> None:
+    """Refuse a bundle whose header disagrees with the document, naming the key.
+
+    Only keys both sides state are compared: a bundle from elsewhere (an SAE
+    trained outside this project) may carry no header, and then its shapes are
+    all there is to check.
+    """
+    for key in CHECKED:
+        have, want = recorded.get(key, ""), expected.get(key, "")
+        if have and want and have != want:
+            raise CompileError(f"{doc_path}.file_path", f"{path.name}'s header records {key}={have!r} and "
+                               f"this document's featurizer has {key}={want!r}",
+                               "load the bundle fitted for this model, site and kind, or refit it")
+
+
+def space_width(feat, path: Path, d: int, doc_path: str, expected: dict = None) -> int:
+    """The width of a loaded featurizer's space, its d and header checked against the document's."""
     try:
         meta = header(path)
     except (OSError, ValueError, struct.error) as err:
         raise CompileError(f"{doc_path}.file_path", f"{path.name} is not a safetensors file ({err})",
                            "point at a bundle a weights step saved") from None
+    tensors = {k: v for k, v in meta.items() if k != "__metadata__"}
     name = BASIS_TENSOR[feat.kind]
+    if feat.kind == "pca" and name not in tensors and len(tensors) == 1:
+        name = next(iter(tensors))  # what a ``reduce: pca`` output saves: one (d, k) tensor
+    recorded = dict(meta.get("__metadata__") or {})
+    if expected:
+        # A pca bundle is what reduce: pca wrote, whatever it was called there.
+        check_header(recorded, {**expected, "kind": feat.kind}, path, doc_path)
     if name not in meta:
         raise CompileError(f"{doc_path}.file_path", f"{path.name} has no {name!r} tensor, which a "
                            f"{feat.kind} bundle holds", f"tensors there: {sorted(k for k in meta if k != '__metadata__')}")

@@ -164,6 +164,9 @@ class OutputSpec:
 class SaveSpec:
     value: str
     file_path: str
+    # A tensor file's safetensors header (``__metadata__``): where the tensor came from, so a
+    # document loading it as a featurizer bundle can be checked against it. Empty for JSON.
+    header: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -229,7 +232,7 @@ class Weights:
     name: str
     names: tuple[str, ...]
     saves: tuple[SaveSpec, ...]
-    header: tuple[tuple[str, Any], ...]  # what every bundle's header records (model key, revision, …)
+    header: tuple[tuple[str, str], ...]  # recorded in every bundle (model key, revision, digest)
     results: dict = field(default_factory=dict, compare=False)
 
     kind = "weights"

@@ -57,10 +57,11 @@ def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
     return rows
 
 
-def _safetensors(tensors: dict) -> bytes:
+def _safetensors(tensors: dict, header=()) -> bytes:
     from safetensors.torch import save
 
-    return save({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
+    return save({k: v.detach().cpu().contiguous() for k, v in tensors.items()},
+                metadata=dict(header) or None)
 
 
 def _step_files(step, produced_by: str) -> dict[str, bytes]:
@@ -74,8 +75,10 @@ def _step_files(step, produced_by: str) -> dict[str, bytes]:
                             "save a metric, an output or a generated value of this step")
         if save.file_path.endswith(".json"):
             files[save.file_path] = _json(metric_rows(source, save.value, produced_by))
+        elif isinstance(results[save.value], dict):  # a featurizer's bundle: its tensors by name
+            files[save.file_path] = _safetensors(results[save.value], save.header)
         else:
-            files[save.file_path] = _safetensors({save.value: results[save.value]})
+            files[save.file_path] = _safetensors({save.value: results[save.value]}, save.header)
     return files
 
 
