@@ -9,8 +9,9 @@ hook it registered however the forward ends.
 
 What it refuses, by name: every interior no module boundary exposes
 (attention_query/key/value, attention_probs: at compile time, through
-``locate``); ``remote`` in any form; a model with no weights (a meta shell);
-and, in this version, generation.
+``locate``); ``remote`` in any form; a model with no weights (a meta shell).
+A decoding forward is ``model.generate`` with the same hooks firing at every
+step, a pre-hook on the model counting the steps.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
-from ..errors import EngineError, Unsupported
+from ..errors import EngineError
 from . import loading, provenance, steps, taps
 from .base import Engine
 from .facts import ModelFacts
@@ -105,12 +106,13 @@ def _module(std: Standardized, address):
     return found, kind, selection
 
 
-def _hook(std: Standardized, tap, forward, values, featurizers, project):
-    """Register one hook doing ``tap`` at its module; returns the handle."""
+def _hook(std: Standardized, tap, forward, values, featurizers, project, step):
+    """Register one hook doing ``tap`` at its module; returns the handle. ``step[0]`` is the
+    decode step of the call the hook fires in (None when the forward does not decode)."""
     module, kind, selection = _module(std, tap.address)
 
     def apply(act):
-        new = taps.run_tap(act, tap, forward, values, featurizers, project)
+        new = taps.run_tap(act, tap, forward, values, featurizers, project, step[0])
         return None if new is act else new
 
     if kind == _INPUT:
@@ -203,17 +205,27 @@ class HooksEngine(Engine):
         return plan
 
     def forward(self, forward, values: dict, featurizers: dict) -> None:
-        """One ``model(...)`` call with a hook per tap; every hook is removed however it ends."""
-        if forward.decode:
-            raise Unsupported(forward.model, f"forward {forward.model!r} generates {forward.decode} "
-                              "tokens, and the hooks engine does not generate in this version",
-                              "run it with --engine nnterp, or read from the prompt only")
+        """One ``model(...)`` call with a hook per tap — or, when the forward decodes, one
+        ``model.generate(...)`` with the same hooks firing at every step; every hook is
+        removed however it ends."""
         inputs = taps.model_inputs(forward, self._std.embed_tokens.weight.device)
         handles = []
+        step = [None if not forward.decode else -1]  # the decode step the model is on
         try:
+            if forward.decode:
+                def count(_module, _args):
+                    step[0] += 1
+                handles.append(self.model.register_forward_pre_hook(count))
             for tap in forward.taps:
-                handles.append(_hook(self._std, tap, forward, values, featurizers, self._project))
-            self.model(**inputs)
+                handles.append(_hook(self._std, tap, forward, values, featurizers, self._project, step))
+            if forward.decode:
+                # generate derives position ids from the mask itself, and needs its cache.
+                sequences = self.model.generate(
+                    input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                    **taps.generation_options(forward, self.tokenizer))
+                taps.finish_decode(forward, values, sequences)
+            else:
+                self.model(**inputs)
         finally:
             for handle in handles:
                 handle.remove()

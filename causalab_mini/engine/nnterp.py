@@ -250,10 +250,8 @@ class NNterpEngine:
         return plan
 
     def forward(self, forward, values: dict, featurizers: dict) -> None:
-        if forward.decode:
-            raise Unsupported(f"forward {forward.model!r} on {forward.input!r}",
-                              "generation (decode) is not implemented on the nnterp engine yet",
-                              "run documents without decode")
+        """One ``model.trace`` — or, when the forward decodes, one ``model.generate`` whose step
+        iterator applies each step's taps (prompt-frame taps at the prefill, step 0)."""
         groups = self._groups(forward.taps)
         model = self.model
         project = taps.logit_projection(model.ln_final, model.lm_head, self._facts.softcap)
@@ -267,22 +265,21 @@ class NNterpEngine:
             point = group[0][0]
             if point.within in keys:
                 ahead.setdefault(point.within, []).append(point)
-        with _plain_errors(), model.trace(inputs):
+        apply = _apply_taps  # a local: the block names no module globals (see execute)
+        if not forward.decode:
+            with _plain_errors(), model.trace(inputs):
+                with torch.set_grad_enabled(grad):
+                    apply(groups, ahead, forward, values, featurizers, project, None)
+            return
+        # generate derives position ids from the mask itself, and needs its cache.
+        prompt = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
+        produced: dict = {}  # filled in the block: a name first bound there does not come back out
+        with _plain_errors(), model.generate(prompt, **taps.generation_options(forward, self.tokenizer)) as tracer:
             with torch.set_grad_enabled(grad):
-                reached = {}
-                for group in groups:
-                    first = group[0][0]
-                    for point in ahead.get(first.key, ()):
-                        reached[point.key] = point.target()
-                    target = reached.pop(first.key) if first.key in reached else first.target()
-                    value = getattr(target, first.attr)
-                    written = False
-                    for point, tap in group:
-                        act = taps.run_tap(point.get(value), tap, forward, values, featurizers, project)
-                        if tap.writes:
-                            value, written = point.put(value, act), True
-                    if written:
-                        setattr(target, first.attr, value)
+                for step in tracer.iter[0:forward.decode]:
+                    apply(groups, ahead, forward, values, featurizers, project, step)
+                produced["ids"] = tracer.result
+        taps.finish_decode(forward, values, produced["ids"])
 
     # --- addresses --------------------------------------------------------------------
     def _groups(self, tap_list) -> list[list[tuple[_Point, Any]]]:
@@ -352,6 +349,32 @@ class NNterpEngine:
                                    "this family's attention is not one the nnterp engine knows")
             name = self._calls[layer] = hits[0]
         return name
+
+
+def _apply_taps(groups, ahead, forward, values, featurizers, project, step) -> None:
+    """Inside a trace (or one decode step of it): each group's value fetched once, in forward
+    order, its taps run on it, and the value put back if any of them wrote.
+
+    At a decode step only the groups with an op that fires there are touched: fetching a
+    module's value in a step is what makes nnsight wait for that step's call.
+    """
+    reached = {}
+    for group in groups:
+        first = group[0][0]
+        if step is not None and not any(taps.fires(op.step, step) for _, tap in group
+                                        for op in (*tap.writes, *tap.reads)):
+            continue
+        for point in ahead.get(first.key, ()):
+            reached[point.key] = point.target()
+        target = reached.pop(first.key) if first.key in reached else first.target()
+        value = getattr(target, first.attr)
+        written = False
+        for point, tap in group:
+            act = taps.run_tap(point.get(value), tap, forward, values, featurizers, project, step)
+            if any(taps.fires(w.step, step) for w in tap.writes):
+                value, written = point.put(value, act), True
+        if written:
+            setattr(target, first.attr, value)
 
 
 def _session_options(model, remote) -> dict:

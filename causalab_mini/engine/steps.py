@@ -14,8 +14,8 @@ from typing import Callable, Optional
 
 import torch
 
-from ..errors import EngineError, Unsupported
-from ..ops import locate, metrics as metric_ops, reduce
+from ..errors import EngineError
+from ..ops import intervene, locate, metrics as metric_ops, reduce
 from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Weights, WriteOp
 from . import fit as fitting
 
@@ -105,35 +105,34 @@ def resolve(engine, forwards: tuple[Forward, ...]) -> tuple[tuple[Forward, ...],
     empty one is empty, and the tokens it addressed.
     """
     tok = engine.tokenizer
-    for f in forwards:
-        for op in _ops(f):
-            if op.where.frame == "generated":
-                raise Unsupported(op.name, f"position {op.where.spelling()} is in the generated frame, "
-                                  "which needs a decode this version does not run",
-                                  "read and write in the prompt frame")
     prefix = len(locate.special_prefix(tok))
     anchored = any(not op.where.fixed for f in forwards for op in _ops(f))
     record: Optional[dict] = {} if anchored else None
     resolved = []
     for f in forwards:
+        prompt_ops = [op for op in _ops(f) if op.where.frame == "prompt"]
         if anchored:
             _check_skew(tok, f, prefix)
             frame = locate.build_frame(tok, f.ids, f.mask, f.segments, prefix=prefix)
-            found = {op.name: locate.locate(frame, op.where, op.anchors) for op in _ops(f)}
+            found = {op.name: locate.locate(frame, op.where, op.anchors) for op in prompt_ops}
         else:
             spans = locate.content_spans(f.mask, prefix)
             found = {}
-            for op in _ops(f):
+            for op in prompt_ops:
                 windows = locate.cut_rows(spans, op.where)
                 found[op.name] = (tuple(w or () for w in windows),
                                   tuple("" if w else locate.OUTSIDE for w in windows))
-        for op in _ops(f):
+        for op in prompt_ops:
             _check_rows(op, f, *found[op.name])
             if record is not None:
                 windows, reasons = found[op.name]
                 record[op.name] = {"rows": windows, "reason": reasons,
                                    "tokens": tuple(locate.tokens_of(frame, w, r) for r, w in enumerate(windows))}
-        resolved.append(replace(f, windows=tuple((op.name, found[op.name][0], op.where.ragged) for op in _ops(f))))
+        # A generated-frame op acts at its decode step's own position, and a cut of the
+        # continuation is placed after the decode (``place_continuation``): nothing to resolve yet.
+        entries = [(op.name, found[op.name][0], op.where.ragged) if op.where.frame == "prompt"
+                   else (op.name, (), op.where.ragged) for op in _ops(f)]
+        resolved.append(replace(f, windows=tuple(entries)))
     _check_operands(tuple(resolved))
     return tuple(resolved), record
 
@@ -177,6 +176,9 @@ def _check_operands(forwards: tuple[Forward, ...]) -> None:
         for w in f.writes:
             if w.operand is None or w.operand.kind != "read" or w.operand.value not in windows:
                 continue
+            if w.step is not None or any(r.name == w.operand.value and r.step is not None
+                                         for g in forwards for r in g.reads):
+                continue  # a decode step's write acts on one position per row, and so does its operand
             mine, theirs = windows[w.name], windows[w.operand.value]
             bad = {r: (len(a), len(b)) for r, (a, b) in enumerate(zip(mine, theirs)) if len(a) != len(b)}
             if bad:
@@ -186,6 +188,42 @@ def _check_operands(forwards: tuple[Forward, ...]) -> None:
                                   f"row(s) {shown}. {WRITE_SKIP}",
                                   "scope both to anchors of the same token length, or read and write "
                                   "one token ({\"index\": -1})")
+
+
+def place_continuation(engine, forward: Forward, values: dict, windows: dict, record: Optional[dict]) -> None:
+    """After a decode: each generated-frame op's steps, and each stacked read cut against the continuation.
+
+    A read of a cut of the continuation (``{"frame": "generated", "index": -1, "scope": …}``)
+    fired at every step; here its stack ``(rows, steps, width)`` is cut per row at the steps
+    the continuation frame names, a row that has no such place being skipped with its
+    reason. Positions in this frame are steps, and the tokens reported are the ones produced.
+    """
+    generated = values[f"{forward.model}.generated"]
+    frame = locate.continuation_frame(engine.tokenizer, generated.tolist(), _stop_ids(engine.tokenizer))
+    steps_run = forward.decode
+    for op in _ops(forward):
+        if op.where.frame != "generated":
+            continue
+        if op.step == "stack":
+            cut, reasons = locate.locate(frame, op.where, op.anchors)
+            values[op.name] = intervene.gather(values[op.name], cut, ragged=op.where.ragged, path=op.name)
+        elif op.step == "all":
+            cut, reasons = tuple(tuple(range(steps_run)) for _ in range(forward.rows)), ("",) * forward.rows
+        else:
+            cut, reasons = tuple((op.step,) for _ in range(forward.rows)), ("",) * forward.rows
+        if op.step != "stack":
+            # It acted at its step's position; the step is what it is reported at, rectangular.
+            windows[op.name] = (cut, False)
+        else:
+            windows[op.name] = (cut, op.where.ragged)
+        if record is not None:
+            record[op.name] = {"rows": cut, "reason": reasons,
+                               "tokens": tuple(locate.tokens_of(frame, w, r) for r, w in enumerate(cut))}
+
+
+def _stop_ids(tokenizer) -> set:
+    eos = tokenizer.eos_token_id
+    return set(eos) if isinstance(eos, (list, tuple)) else ({eos} if eos is not None else set())
 
 
 # --- batching windows ---------------------------------------------------------
@@ -228,10 +266,16 @@ def observe(engine, obs: Observe, state: State, *, batch_size: Optional[int] = N
             live: bool = False) -> dict:
     """One pass: forwards in order, then metrics and outputs. Returns the metrics live (for a fit)."""
     forwards, positions = resolve(engine, obs.forwards)
-    if positions is not None:
-        obs.results["positions"] = positions
     values = _run_forwards(engine, forwards, state, obs.rows, batch_size)
     windows = {name: (w, r) for f in forwards for name, w, r in f.windows}
+    for f in forwards:
+        if f.decode:
+            place_continuation(engine, f, values, windows, positions)
+    if positions is not None:
+        obs.results["positions"] = positions
+    for f in forwards:
+        if f.decode:
+            obs.results[f"{f.model}.generated"] = values[f"{f.model}.generated"]
     scored = {}
     eligible = {}
     for m in obs.metrics:

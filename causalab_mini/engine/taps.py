@@ -42,17 +42,44 @@ def conform(operand, x: Tensor):
     return operand.reshape(*lead, operand.shape[-1])
 
 
+def fires(op_step, step: Optional[int]) -> bool:
+    """Whether an op fires at decode step ``step`` (None: a forward that does not decode).
+
+    A prompt-frame op (``op_step`` None) fires at the prefill, step 0; ``{"index": k}`` at
+    step k; an ``all`` write and a read of a cut of the continuation (``"stack"``) at every step.
+    """
+    if step is None or op_step is None:
+        return op_step is None and not step
+    return op_step in ("all", "stack") or op_step == step
+
+
+def _window(op, forward: Forward, act: Tensor, step: Optional[int]):
+    """The op's window into ``act``: resolved by the walk, or — at a decode step — the step's own position.
+
+    Past the prefill a step's forward sees one position; at the prefill the step is the
+    prompt's last token. Either way it is the last index of whatever the sequence axis has.
+    """
+    if step is None or op.step is None:
+        return forward.window(op.name)
+    last = act.shape[1] - 1
+    return tuple((last,) for _ in range(act.shape[0])), False
+
+
 def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: dict,
-            project: Optional[Callable[[Tensor], Tensor]] = None) -> Tensor:
+            project: Optional[Callable[[Tensor], Tensor]] = None, step: Optional[int] = None) -> Tensor:
     """Apply ``tap``'s writes in order, then its reads, to ``act``; return the (new) activation.
 
     ``project`` pushes residual vectors through ln_final → lm_head → softcap, for
-    a read with ``view: "logits"``.
+    a read with ``view: "logits"``. ``step`` is the decode step this forward call is
+    (None when the forward does not decode): only the ops that fire there act, and a
+    read of a cut of the continuation appends this step's value to its stack.
     """
     columns = tap.address.columns
     before = act  # f0: the address's value before this pass's first write, captured once
     for w in tap.writes:
-        window, ragged = forward.window(w.name)
+        if not fires(w.step, step):
+            continue
+        window, ragged = _window(w, forward, act, step)
         x = intervene.gather(act, window, ragged=ragged, features=columns, path=w.name)
         f0 = None
         if MECHANISMS[w.mechanism].needs_f0:
@@ -63,15 +90,45 @@ def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: 
             f0=f0, features=w.features, path=w.name)
         act = intervene.scatter(act, window, new, ragged=ragged, features=columns, path=w.name)
     for r in tap.reads:
-        window, ragged = forward.window(r.name)
+        if not fires(r.step, step):
+            continue
+        window, ragged = _window(r, forward, act, step)
         x = intervene.gather(act, window, ragged=ragged, features=columns, path=r.name)
         if r.view == "logits":
             x = project(x)
         elif r.featurizer:
             with intervene.exact():
                 x, _ = featurizers[r.featurizer].featurize(x.float())
-        values[r.name] = x
+        if r.step == "stack":
+            values.setdefault(r.name, []).append(x)
+        else:
+            values[r.name] = x
     return act
+
+
+def finish_decode(forward: Forward, values: dict, sequences: Tensor) -> None:
+    """After a decode: each stacked read as ``(rows, steps, width)``, and ``<model>.generated`` published.
+
+    ``sequences`` is what generation returned, prompt included; the published ids are
+    the ``decode`` tokens after it.
+    """
+    for r in forward.reads:
+        if r.step == "stack":
+            values[r.name] = torch.cat(values.pop(r.name), dim=1)
+    values[f"{forward.model}.generated"] = sequences[:, forward.tokens:].detach().cpu()
+
+
+def generation_options(forward: Forward, tokenizer) -> dict:
+    """``generate`` arguments shared by both engines: exactly ``decode`` greedy tokens.
+
+    min_new_tokens = max_new_tokens holds EOS off, so the decode is a bound and the batch
+    stays rectangular: step k is step k on every row.
+    """
+    from ..ops.locate import pad_id
+
+    return {"max_new_tokens": forward.decode, "min_new_tokens": forward.decode, "do_sample": False,
+            "pad_token_id": pad_id(tokenizer), "num_beams": 1, "temperature": None, "top_p": None,
+            "top_k": None}
 
 
 def logit_projection(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], Tensor],

@@ -21,10 +21,10 @@ ids the run feeds the model (never a re-encoding), so no fast tokenizer and no
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
-from ..shapes import CHAT_ROLES, Where
+from ..shapes import CHAT_ROLES, EOS, Where
 
 Window = tuple[int, ...]
 
@@ -328,3 +328,25 @@ def tokens_of(frame: Frame, window: Sequence[int], row: int) -> str:
     if a < 0 or b > len(offsets) - 1:  # the prefix or padding: outside the text the map covers
         return repr("".join(f"<{frame.ids[row][p]}>" for p in window))
     return repr(frame.texts[row][offsets[a]:offsets[b]])
+
+
+# --- the continuation ------------------------------------------------------------------
+
+def continuation_frame(tok, generated: Sequence[Sequence[int]], stop_ids) -> Frame:
+    """The generated frame: each row's produced ids, cut at its first stop token (kept, last).
+
+    Built from the ids the decode produced, never by re-encoding their text: a
+    tokenizer is free to merge across a boundary the decode never saw. A row that
+    stopped has an ``eos`` segment (its stop token); a row that never stopped has
+    the whole bound and none. Positions in this frame are decode steps.
+    """
+    stops = set(stop_ids)
+    rows = [list(r) for r in generated]
+    ends = [next((i + 1 for i, t in enumerate(r) if t in stops), len(r)) for r in rows]
+    mask = [[1] * e + [0] * (len(r) - e) for r, e in zip(rows, ends)]
+    frame = build_frame(tok, rows, mask, prefix=0)
+    segments = []
+    for r, e, offsets in zip(rows, ends, frame.offsets):
+        stopped = e > 0 and r[e - 1] in stops
+        segments.append({EOS: (offsets[e - 1], offsets[e])} if stopped else {})
+    return replace(frame, segments=tuple(segments))
