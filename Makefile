@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench fixtures
+.PHONY: setup demo test bench bench-charmap fixtures artifacts
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -25,9 +25,21 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 tests
 
+# Both benchmarks, one after the other in one recipe (never side by side under -j: they time the
+# cores); each prints its variants side by side and asserts no time.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engines.py
+	$(BIN)/python benchmarks/charmap.py
+
+# The resolver's character map, fast against the growing-prefix definition (under a minute).
+bench-charmap: $(STAMP)
+	$(BIN)/python benchmarks/charmap.py
 
 # Rebuild the shipped models and datasets (deterministic; a few minutes on CPU).
 fixtures: $(STAMP)
 	$(BIN)/python scripts/build_fixtures.py
+
+# Rebuild the featurizer bundles the corpus loads (documents/artifacts/): runs das and
+# pca_harvest, and trains the SAE on tiny-llama's own activations (under a minute).
+artifacts: $(STAMP)
+	$(BIN)/python scripts/build_artifacts.py

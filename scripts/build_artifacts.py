@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from causalab_mini import runner  # noqa: E402
-from causalab_mini.plan.write import write  # noqa: E402
+from causalab_mini.plan.write import safetensors_bytes, write  # noqa: E402
 
 V2 = ROOT / "documents" / "v2"
 ARTIFACTS = ROOT / "documents" / "artifacts"
@@ -107,7 +107,7 @@ def train_sae(acts: torch.Tensor, rank_on: torch.Tensor) -> dict:
 
 
 def main() -> None:
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
     torch.set_num_threads(1)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
@@ -135,7 +135,7 @@ def main() -> None:
             explained = 1 - ((f @ sae["W_dec"] + sae["b_dec"]) - test).pow(2).sum() / (test - test.mean(0)).pow(2).sum()
         print(f"sae: variance explained {explained:.3f} on {test.shape[0]} held-out vectors")
         meta = {**header, "kind": "sae", "k": str(SAE_LATENTS), "produced_by": "scripts/build_artifacts.py"}
-        save_file(sae, str(ARTIFACTS / "sae.safetensors"), metadata=meta)
+        (ARTIFACTS / "sae.safetensors").write_bytes(safetensors_bytes(sae, sorted(meta.items())))
         print("sae.safetensors: trained on the harvested activations")
 
 

@@ -122,13 +122,16 @@ def generation_options(forward: Forward, tokenizer) -> dict:
     """``generate`` arguments shared by both engines: exactly ``decode`` greedy tokens.
 
     min_new_tokens = max_new_tokens holds EOS off, so the decode is a bound and the batch
-    stays rectangular: step k is step k on every row.
+    stays rectangular: step k is step k on every row. Sampling options are cleared so a
+    checkpoint's own generation_config cannot turn them on; compile_config is cleared
+    because a decode here is a handful of steps, not worth compiling (and transformers
+    warns when a device map rules it out).
     """
     from ..ops.locate import pad_id
 
     return {"max_new_tokens": forward.decode, "min_new_tokens": forward.decode, "do_sample": False,
             "pad_token_id": pad_id(tokenizer), "num_beams": 1, "temperature": None, "top_p": None,
-            "top_k": None}
+            "top_k": None, "compile_config": None}
 
 
 def logit_projection(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], Tensor],

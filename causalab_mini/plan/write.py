@@ -57,11 +57,25 @@ def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
     return rows
 
 
-def _safetensors(tensors: dict, header=()) -> bytes:
+def safetensors_bytes(tensors: dict, header=()) -> bytes:
+    """A safetensors file's bytes, the same on every run: ``header`` as its ``__metadata__``.
+
+    safetensors serializes its metadata from a hash map, so the same tensors and
+    header come out in a different byte order on every run. The header JSON is
+    rewritten here with sorted keys (and padded to 8 bytes, as the format wants);
+    tensor offsets are relative to the data section, which is untouched.
+    """
     from safetensors.torch import save
 
-    return save({k: v.detach().cpu().contiguous() for k, v in tensors.items()},
-                metadata=dict(header) or None)
+    raw = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
+    n = int.from_bytes(raw[:8], "little")
+    meta = json.loads(raw[8:8 + n])
+    meta.pop("__metadata__", None)
+    if header:
+        meta["__metadata__"] = {str(k): str(v) for k, v in header}
+    text = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    return len(text).to_bytes(8, "little") + text + raw[8 + n:]
 
 
 def _step_files(step, produced_by: str) -> dict[str, bytes]:
@@ -76,9 +90,9 @@ def _step_files(step, produced_by: str) -> dict[str, bytes]:
         if save.file_path.endswith(".json"):
             files[save.file_path] = _json(metric_rows(source, save.value, produced_by))
         elif isinstance(results[save.value], dict):  # a featurizer's bundle: its tensors by name
-            files[save.file_path] = _safetensors(results[save.value], save.header)
+            files[save.file_path] = safetensors_bytes(results[save.value], save.header)
         else:
-            files[save.file_path] = _safetensors({save.value: results[save.value]}, save.header)
+            files[save.file_path] = safetensors_bytes({save.value: results[save.value]}, save.header)
     return files
 
 
