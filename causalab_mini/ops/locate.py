@@ -149,27 +149,46 @@ class _Pieces:
         return self.cache[token]
 
 
-def _offsets_from_pieces(tok, ids: Sequence[int], text: str, pieces: _Pieces) -> Optional[tuple[int, ...]]:
-    """Cumulative piece lengths, or None when the pieces do not spell the decoded text.
+def _clean(part: Optional[str]) -> bool:
+    return part is not None and "\ufffd" not in part
 
-    They fail to for tokens whose text depends on their neighbours (byte-fallback
-    pieces of one multi-byte character, a decoder's cleanup of spaces); the caller
-    then takes the definition.
+
+def _offsets_from_pieces(tok, ids: Sequence[int], text: str, pieces: _Pieces) -> Optional[tuple[int, ...]]:
+    """Offsets from per-token pieces, or None when they do not spell the decoded text.
+
+    A token whose text depends on its neighbours — one byte of a multi-byte
+    character, which alone decodes to U+FFFD — is placed by the definition
+    itself, locally: a run of such tokens is decoded as growing prefixes starting
+    from the clean token before it. Every clean piece is then checked against the
+    text where its offsets put it; a mismatch anywhere hands the row to the caller's
+    fallback.
     """
+    n = len(ids)
     if not ids:
         return (0,) if text == "" else None
-    first = decode(tok, ids[:1])
-    parts = [first]
-    for token in ids[1:]:
-        piece = pieces(token)
-        if piece is None:
-            return None
-        parts.append(piece)
-    if "".join(parts) != text:
-        return None
+    parts = [decode(tok, ids[:1])] + [pieces(t) for t in ids[1:]]
     offsets = [0]
-    for part in parts:
-        offsets.append(offsets[-1] + len(part))
+    k = 0
+    while k < n:
+        if _clean(parts[k]):
+            offsets.append(offsets[-1] + len(parts[k]))
+            k += 1
+            continue
+        s = k
+        while k < n and not _clean(parts[k]):
+            k += 1
+        if s == 0:  # from the start of the text: the definition as it stands
+            offsets[1:] = [len(decode(tok, ids[:j])) for j in range(1, k + 1)]
+            continue
+        # From the clean token before the run, so a decoder's start-of-text rule (a dropped
+        # leading space) applies alike to both decodes and cancels.
+        base = offsets[s] - len(decode(tok, ids[s - 1:s]))
+        offsets.extend(base + len(decode(tok, ids[s - 1:j])) for j in range(s + 1, k + 1))
+    if offsets[-1] != len(text):
+        return None
+    for k, part in enumerate(parts):
+        if _clean(part) and text[offsets[k]:offsets[k + 1]] != part:
+            return None
     return tuple(offsets)
 
 
@@ -268,6 +287,8 @@ def tokens_over(offsets: Sequence[int], a: int, b: int) -> Optional[tuple[int, i
     while i < n and offsets[i + 1] <= a:  # skip tokens that end at or before a (zero-width included)
         i += 1
     j = bisect_left(offsets, b, 0, n)  # tokens starting before b
+    while j < n and offsets[j] == offsets[j + 1] == b and j > i:
+        j += 1  # zero-width tokens right after: the rest of the bytes of the span's last character
     return (i, j) if i < j else None
 
 
