@@ -25,11 +25,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 tests
 
-# Both benchmarks, one after the other in one recipe (never side by side under -j: they time the
+# The benchmarks, one after the other in one recipe (never side by side under -j: they time the
 # cores); each prints its variants side by side and asserts no time.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/engines.py
 	$(BIN)/python benchmarks/charmap.py
+	$(BIN)/python benchmarks/featurizers.py
 
 # The resolver's character map, fast against the growing-prefix definition (under a minute).
 bench-charmap: $(STAMP)

@@ -101,6 +101,11 @@ def cayley(weight: Tensor) -> Tensor:
     is 2k × 2k: O(d·k²) per access instead of a d × d solve. E (the first k columns
     of the identity) is never built: against it every product is a slice.
     """
+    # In float64: the small solve's conditioning grows with W's norm, and a long fit that
+    # grows W would otherwise drift off orthonormality (|QᵀQ − I| ~ 1e-3 at column norm 100
+    # in float32; ~1e-12 here). The cost is O(d·k²) either way.
+    dtype = weight.dtype
+    weight = weight.to(torch.float64)
     d, k = weight.shape
     eye = torch.eye(k, dtype=weight.dtype, device=weight.device)
     top = weight[:k]  # Eᵀ W
@@ -112,7 +117,7 @@ def cayley(weight: Tensor) -> Tensor:
     rhs = torch.cat([b[:k], weight.T @ b], dim=0)  # Vᵀ b
     s = torch.linalg.solve(inner, rhs)
     q = b + weight @ s[:k]  # + U s = W s₁ − E s₂
-    return torch.cat([q[:k] - s[k:], q[k:]], dim=0)
+    return torch.cat([q[:k] - s[k:], q[k:]], dim=0).to(dtype)
 
 
 def cayley_direct(weight: Tensor) -> Tensor:
@@ -134,7 +139,9 @@ class _Basis:
 
     def inverse(self, f: Tensor, err: Optional[Tensor], x: Tensor) -> Tensor:
         q = _on(self.basis(), x)
-        return x + (f - x @ q) @ q.T
+        delta = (f - x @ q) @ q.T
+        # Where nothing changed, x itself — not x + 0.0, which would turn a −0.0 into +0.0.
+        return torch.where(delta == 0, x, x + delta)
 
 
 class Subspace(_Basis):
