@@ -134,7 +134,7 @@ EXPECTED_POINTS = {
     "logit_lens": ["layers=0", "layers=1"],
     "logit_lens_gemma2": ["layers=0", "layers=1"],
     "layer_pos_sweep": ["layers=0,pos=-4", "layers=0,pos=-1", "layers=1,pos=-4", "layers=1,pos=-1"],
-    "dbm": ["objective=0.0001", "objective=0.002", "objective=0.01", "objective=0.05"],
+    "dbm": ["objective=0.01", "objective=0.3", "objective=1.0", "objective=3.0"],
     "sae_feature_ablation": ["features=0", "features=1", "features=2", "features=3"],
     "generate_probe": ["index=0", "index=1", "index=2"],
     "generate_steer": ["step=0", "step=1", "step=2"],

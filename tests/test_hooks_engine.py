@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import copy
 import json
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,7 +22,7 @@ from causalab_mini import documents
 from causalab_mini.engine import base, steps
 from causalab_mini.engine.hooks import HooksEngine
 from causalab_mini.engine.standardize import standardize
-from causalab_mini.errors import CompileError, EngineError, ModelError, Unsupported
+from causalab_mini.errors import CompileError, EngineError, ModelError
 
 transformers = pytest.importorskip("transformers")
 
@@ -581,14 +580,6 @@ def test_provenance(models, tmp_path):
     assert record["versions"] == {p: md.version(p) for p in
                                   ("torch", "transformers", "nnsight", "nnterp", "pydantic")}
     assert len(record["causalab_mini"]) == 64 and int(record["causalab_mini"], 16) >= 0
-
-
-def test_generation_is_unsupported(models, tmp_path):
-    engine, _ = models("tiny-llama")
-    plan = compile_doc(engine, tmp_path, patch_doc("tiny-llama", {"component": "block_output", "layers": [0]}))
-    forward = steps.resolve(engine, plan.steps["score"].forwards[:1])[0][0]
-    with pytest.raises(Unsupported, match="does not generate"):
-        engine.forward(replace(forward, decode=3), {}, {})
 
 
 @pytest.mark.parametrize("key", FAMILIES)

@@ -492,9 +492,6 @@ def test_refusals(llama, tmp_path):
                    {"read": {"reads": {"x": {"site": "p", "pos": -1, "input": "base"}}}},
                    {"read": observe("read", rows=("base",))})
     plan = patching_plan(llama, tmp_path, {"component": "block_output", "layers": [0]})
-    generating = dataclasses.replace(plan.steps["score"].forwards[0], decode=3)
-    with pytest.raises(Unsupported, match="decode"):
-        llama.engine.forward(generating, {}, {})
     with pytest.raises(EngineError, match="local directory"):  # refused before any network call
         llama.engine.execute(plan, remote=True)
     with pytest.raises(EngineError, match="not a way to run"):

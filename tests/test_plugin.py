@@ -194,12 +194,17 @@ def test_true_expectations_pass_and_report_means(tester):
     assert float(props["causalab.mean.iia"]) in (0.0, 0.5)
 
 
-def test_unsupported_document_is_skipped_with_the_typed_reason(tester):
-    write(tester, "entity", "entity_patch")
+def test_a_later_feature_is_skipped_with_the_typed_reason(tester):
+    """What a later step or version provides (pytest_causalab.items.LATER: Unsupported, or a
+    MissingArtifact another document makes) skips the item with its typed reason, never passes it.
+    No shipped document is Unsupported any more, so the case is das_apply without the rotation
+    its sibling document's weights step saves."""
+    write(tester, "apply", "das_apply")
+    assert not (tester.path.parent / "artifacts" / "rot.safetensors").exists()
     result = tester.runpytest("-rs")
     result.assert_outcomes(skipped=1)
-    result.stdout.fnmatch_lines(["SKIPPED [[]1] entity.causalab.json:1: Unsupported: v_cf: position*"
-                                 "needs the text-anchored resolver*"])
+    result.stdout.fnmatch_lines(["SKIPPED [[]1] apply.causalab.json:1: MissingArtifact: featurizers.rot.file_path: "
+                                 "'../artifacts/rot.safetensors' does not exist*"])
 
 
 def test_run_time_refusal_shows_the_typed_message(tester):

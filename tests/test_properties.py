@@ -186,9 +186,9 @@ def python_slice(ids: list, where: Where) -> list:
 @given(st.lists(cst.anchored_texts().map(lambda tv: tv[0]), min_size=1, max_size=4),
        st.sampled_from(("left", "right")), st.data())
 def test_prompt_frame_windows_decode_to_the_rows_own_tokens(tok, texts, side, data):
-    # locate.py has no text resolver yet (a later issue), so what is checked here is the
-    # prompt frame: a padded batch, cut by content_spans + cut_rows, addresses exactly the
-    # tokens Python's slicing finds in each row's own, unpadded ids.
+    # The prompt frame with no scope (a fixed cut): a padded batch, cut by content_spans +
+    # cut_rows, addresses exactly the tokens Python's slicing finds in each row's own,
+    # unpadded ids. Anchored (text) scopes are tested in test_locate.py.
     batch = tok(texts, padding=True, padding_side=side)
     prefix = len(locate.special_prefix(tok))
     spans = locate.content_spans(batch["attention_mask"], prefix)

@@ -369,15 +369,24 @@ def test_a_bad_document_exits_2_with_one_line_and_writes_nothing(tmp_path):
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_run_time_refusal_exits_2_typed_and_writes_nothing(tmp_path, engine, capfd):
-    """entity_patch needs the text-anchored resolver: refused inside the run (inside the nnterp
-    session), and reported as this project's error, not as nnsight's wrapper."""
+    """entity_patch on data where row 1's entity is not in its prompt: the write has nothing to
+    write there, which only the run can find (the resolver runs where the model is, inside the
+    nnterp session) — refused as this project's error, not as nnsight's wrapper."""
+    rows = [dict(r) for r in ROWS]
+    assert "Wednesday" not in rows[1]["input"]
+    rows[1]["entity"] = "Wednesday"
+    (tmp_path / "data" / "weekdays").mkdir(parents=True)
+    (tmp_path / "data" / "weekdays" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out"
-    assert cli.main(["run", str(ENTITY), "--engine", engine, "--out", str(out)]) == 2
+    assert cli.main(["run", str(ENTITY), "--engine", engine, "--data", str(tmp_path / "data"),
+                     "--out", str(out)]) == 2
     captured = capfd.readouterr()
     assert captured.out == ""
     assert "Traceback" not in captured.err
     lines = captured.err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: Unsupported: "), captured.err
+    assert len(lines) == 1 and lines[0].startswith("error: EngineError: "), captured.err
+    assert "write 'patch' has nothing to write on row(s) {1: 'alignment_missing'}. A read may skip a row; " \
+           "a write may not" in lines[0]
     assert nothing_written(out)
 
 

@@ -111,19 +111,19 @@ def resolve(engine, forwards: tuple[Forward, ...]) -> tuple[tuple[Forward, ...],
     resolved = []
     for f in forwards:
         prompt_ops = [op for op in _ops(f) if op.where.frame == "prompt"]
+        spans = locate.content_spans(f.mask, prefix)
         if anchored:
             _check_skew(tok, f, prefix)
             frame = locate.build_frame(tok, f.ids, f.mask, f.segments, prefix=prefix)
             found = {op.name: locate.locate(frame, op.where, op.anchors) for op in prompt_ops}
         else:
-            spans = locate.content_spans(f.mask, prefix)
             found = {}
             for op in prompt_ops:
                 windows = locate.cut_rows(spans, op.where)
                 found[op.name] = (tuple(w or () for w in windows),
                                   tuple("" if w else locate.OUTSIDE for w in windows))
         for op in prompt_ops:
-            _check_rows(op, f, *found[op.name])
+            _check_rows(op, f, spans, *found[op.name])
             if record is not None:
                 windows, reasons = found[op.name]
                 record[op.name] = {"rows": windows, "reason": reasons,
@@ -152,7 +152,7 @@ def _check_skew(tok, forward: Forward, prefix: int) -> None:
                           "(the same key and revision)")
 
 
-def _check_rows(op, forward: Forward, windows, reasons) -> None:
+def _check_rows(op, forward: Forward, spans, windows, reasons) -> None:
     empty = {r: why for r, (w, why) in enumerate(zip(windows, reasons)) if not w}
     if not empty:
         return
@@ -160,10 +160,8 @@ def _check_rows(op, forward: Forward, windows, reasons) -> None:
         # A cut of the whole prompt names the same tokens on every row: a row it does not
         # fit is a document wrong about its own prompts (the compiler refused it on its
         # tokenizer; a skewed one can still get here).
-        lengths = sorted({len(forward.ids[r]) - forward.mask[r].count(0) for r in empty})
-        raise EngineError(op.name, f"{op.where.spelling()} does not fit row(s) {sorted(empty)} of "
-                          f"{forward.model!r} on {forward.input!r}: {locate.OUTSIDE} (prompts of "
-                          f"{lengths} token(s))", "cut inside the shortest prompt, or scope it to a variable")
+        problem, fix = locate.misfit(op.name, op.where, spans, sorted(empty))
+        raise EngineError(op.name, f"{problem}, in {forward.model!r} on {forward.input!r}", fix)
     if isinstance(op, WriteOp):
         raise EngineError(op.name, f"write {op.name!r} has nothing to write on row(s) {empty}. "
                           f"{WRITE_SKIP}", REASON_FIXES)

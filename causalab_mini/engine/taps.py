@@ -131,7 +131,10 @@ def generation_options(forward: Forward, tokenizer) -> dict:
 
     return {"max_new_tokens": forward.decode, "min_new_tokens": forward.decode, "do_sample": False,
             "pad_token_id": pad_id(tokenizer), "num_beams": 1, "temperature": None, "top_p": None,
-            "top_k": None, "compile_config": None}
+            "top_k": None, "compile_config": None,
+            # Every position's logits at the prefill: a prompt-frame read at the head is at its
+            # own index, not only the last one generate would otherwise keep.
+            "logits_to_keep": 0}
 
 
 def logit_projection(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], Tensor],

@@ -58,6 +58,16 @@ def cut_rows(spans: Sequence[tuple[int, int]], where: Where) -> tuple[Optional[W
     return tuple(cut(a, b, where) for a, b in spans)
 
 
+def misfit(name: str, where: Where, spans: Sequence[tuple[int, int]], rows: Sequence[int]) -> tuple[str, str]:
+    """(problem, fix) for a fixed cut that does not fit some rows — one wording for the
+    compiler (its tokenizer) and the run (the served one)."""
+    lengths = sorted({spans[r][1] - spans[r][0] for r in rows})
+    return (f"{name!r} at {where.spelling()} does not fit row(s) {sorted(rows)}: {OUTSIDE} (their "
+            f"prompts are {lengths} token(s) long)",
+            "a fixed cut names the same tokens on every row; cut inside the shortest prompt, "
+            "or scope it to a variable")
+
+
 # --- rows as the model sees them -------------------------------------------------
 
 def special_prefix(tok) -> tuple[int, ...]:

@@ -299,6 +299,8 @@ class _PointCompiler:
             self._check_cut(rpath, rname, r.pos, tokens)
             width = self._read_width(r, address)
             step = _step_of(r.pos)
+            if step == "all":
+                step = "stack"  # a read at every step keeps each one: the stack, cut to all of it
             if step == "stack":
                 held = len(rows) * iv.decode * width * 4
                 if held > BUFFER_BOUND:
@@ -320,11 +322,7 @@ class _PointCompiler:
         spans = locate.content_spans(tokens.mask, tokens.prefix)
         misses = [i for i, w in enumerate(locate.cut_rows(spans, where)) if w is None]
         if misses:
-            lengths = sorted({spans[i][1] - spans[i][0] for i in misses})
-            raise CompileError(f"{path}.pos", f"{name!r} at {where.spelling()} does not fit row(s) "
-                               f"{misses}: their prompts are {lengths} token(s) long",
-                               "a fixed cut names the same tokens on every row; cut inside the "
-                               "shortest prompt, or scope it to a variable")
+            raise CompileError(f"{path}.pos", *locate.misfit(name, where, spans, misses))
 
     def _check_operands(self, ipath: str, iv, forwards) -> None:
         reads = {r.name: (r, f) for f in forwards for r in f.reads}
