@@ -22,3 +22,13 @@ def answer_id(tok, word: str) -> int:
     full = tok("a " + word.strip(), add_special_tokens=False)["input_ids"]
     assert full[: len(head)] == head and len(full) > len(head)
     return full[len(head)]
+
+
+def hidden_of(output):
+    """The tensor a module returned: itself, or a tuple's first element (a decoder layer's)."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+def with_hidden(output, new):
+    """``output`` with its tensor replaced by ``new``, in the same shape of value."""
+    return (new, *output[1:]) if isinstance(output, tuple) else new

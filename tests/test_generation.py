@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reference import answer_id
+from reference import answer_id, hidden_of, with_hidden
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("nnterp")
@@ -127,12 +127,6 @@ class Ref:
                 h.remove()
 
 
-def _out(output):
-    return output[0] if isinstance(output, tuple) else output
-
-
-def _with(output, new):
-    return (new, *output[1:]) if isinstance(output, tuple) else new
 
 
 def at_last(fn, calls=None, only_first=False):
@@ -144,16 +138,16 @@ def at_last(fn, calls=None, only_first=False):
         calls[0] += 1
         if only_first and calls[0] > 1:
             return None
-        h = _out(output).clone()
+        h = hidden_of(output).clone()
         h[:, -1] = fn(h[:, -1])
-        return _with(output, h)
+        return with_hidden(output, h)
     return hook
 
 
 def capture_last(store):
     """A forward hook keeping the first call's last position (the prefill's prompt-last token)."""
     def hook(_m, _a, output):
-        store.setdefault("v", _out(output)[:, -1].detach().clone())
+        store.setdefault("v", hidden_of(output)[:, -1].detach().clone())
     return hook
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from reference import answer_id, padded
+from reference import answer_id, padded, hidden_of, with_hidden
 import torch
 from torch import nn
 
@@ -92,17 +92,11 @@ class Ref:
                 h.remove()
 
 
-def _out(output):
-    return output[0] if isinstance(output, tuple) else output
-
-
-def _with(output, new):
-    return (new, *output[1:]) if isinstance(output, tuple) else new
 
 
 def capture_output(store, key):
     def hook(_m, _a, output):
-        store[key] = _out(output).detach().clone()
+        store[key] = hidden_of(output).detach().clone()
     return hook
 
 
@@ -114,7 +108,7 @@ def capture_input(store, key):
 
 def edit_output(fn):
     def hook(_m, _a, output):
-        return _with(output, fn(_out(output).clone()))
+        return with_hidden(output, fn(hidden_of(output).clone()))
     return hook
 
 
