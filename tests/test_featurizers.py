@@ -526,6 +526,9 @@ def test_a_gate_fit_anneals_trains_only_during_updates_and_optimizes_only_its_pa
     assert len(params) == 1 and params[0].shape == (32,) and kwargs.get("weight_decay") == 0.0
     theta = plan.steps["weights"].results["mask"]["theta"]
     assert theta.shape == (32,) and theta.abs().max() > 0  # moved off its start of 0
+    # The kept-units curve ends at what the saved mask keeps (no early stop: the last epoch's).
+    kept = fit_step.results["mask.kept"]
+    assert kept.shape == (2,) and kept[-1].item() == int((theta > 0).sum())
 
 
 # =========================================================================== header refusals

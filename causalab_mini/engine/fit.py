@@ -110,9 +110,15 @@ def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
         means = _held_out(engine, step, state, e, batch_size)
         for name, mean in means.items():
             curves.setdefault(name, []).append(mean)
+        for name, f in zip(step.params, live):
+            if f.kind == "gate":  # the sparsity curve's other axis: units the hard mask keeps
+                curves.setdefault(f"{name}.kept", []).append(float((f.theta > 0).sum()))
         value = means[step.early_stop[0]] if step.early_stop else None
+        said = f"{step.name}: epoch {e + 1}, loss {losses[-1]:.4g}"
+        if value is not None:
+            said += f", {step.early_stop[0]} {value:.3g}"
         for callback in _steps._progress:
-            callback(f"{step.name}: epoch {e + 1}, loss {losses[-1]:.4g}", e + 1, len(step.epochs))
+            callback(said, e + 1, len(step.epochs))
         if step.early_stop is None or value is None:
             continue
         _, mode, patience = step.early_stop
@@ -132,8 +138,9 @@ def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
         if best_results is not None:
             step.evaluation.results.clear()
             step.evaluation.results.update(best_results)
-    # Per epoch: the mean training objective, and each metric's mean on the held-out rows
-    # (on the updates' rows when there are none) — the curves to plot a fit by.
+    # Per epoch: the mean training objective, each metric's mean on the held-out rows (on
+    # the updates' rows when there are none), and each trained gate's kept units — the
+    # curves to plot a fit by.
     step.results["loss"] = torch.tensor(losses)
     for name, curve in curves.items():
         step.results[name] = torch.tensor(curve)
