@@ -430,3 +430,30 @@ def test_a_nan_metric_is_refused_rather_than_written_as_invalid_json():
     assert json.loads(_json([{"value": 1.5}])) == [{"value": 1.5}]
     with pytest.raises(PlanError, match="NaN or infinite"):
         _json([{"value": float("nan")}])
+
+
+def test_a_rerun_removes_what_the_previous_run_wrote_and_this_one_does_not(tmp_path, capfd):
+    """A save dropped from the document, or a sweep point no longer in it, does not linger
+    beside the new files; a file a person put in the folder is left alone."""
+    out = tmp_path / "out"
+    swept = json.loads(POS_SWEEP.read_text())
+    doc = tmp_path / "sweep.causalab.json"
+    doc.write_text(json.dumps(swept))
+    args = ["run", str(doc), "--engine", "hooks", "--out", str(out), "--models", str(MODELS), "--data", str(DATA)]
+    assert cli.main(args) == 0
+    first = files_under(out)
+    (out / "notes.txt").write_text("mine")
+    assert load_json(out / "run.json")["files"] == sorted(f for f in first if f != "run.json")
+
+    # One save fewer, and the sweep cut to its first point: that point's directory keeps the
+    # kept save; the other points' directories go entirely.
+    swept["interventions"]["patching"]["writes"]["patch"]["pos"] = -1
+    swept["header"].pop("expect", None)  # it names the points the sweep no longer has
+    kept = swept["steps"]["score"]["saves"][:1]
+    swept["steps"]["score"]["saves"] = kept
+    doc.write_text(json.dumps(swept))
+    assert cli.main(args) == 0
+    capfd.readouterr()
+    second = files_under(out)
+    assert second == sorted(["document.json", "run.json", kept[0]["file_path"], "notes.txt"])
+    assert not [p for p in out.iterdir() if p.is_dir()], "emptied point directories are removed"

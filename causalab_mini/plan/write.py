@@ -97,8 +97,12 @@ def _step_files(step, produced_by: str) -> dict[str, bytes]:
 
 
 def manifest(plan: Plan, run_record: dict) -> dict[str, bytes]:
-    """Every file of a run, relative path → bytes, made before anything is written."""
-    files: dict[str, bytes] = {"document.json": _json(plan.document), "run.json": _json(run_record)}
+    """Every file of a run, relative path → bytes, made before anything is written.
+
+    run.json lists the run's other files (``files``), so the next run into the same
+    directory knows which of what is there this project wrote (see ``write``).
+    """
+    files: dict[str, bytes] = {"document.json": _json(plan.document), "run.json": b""}
 
     def add(p: Plan, prefix: str) -> None:
         for name, step in p.steps.items():
@@ -113,13 +117,47 @@ def manifest(plan: Plan, run_record: dict) -> dict[str, bytes]:
                     files[f"{prefix}{rel}"] = data
 
     add(plan, "")
+    files["run.json"] = _json({**run_record, "files": sorted(f for f in files if f != "run.json")})
     return files
 
 
+def _previous_files(out: Path) -> list[str]:
+    """The files an earlier run wrote into ``out``, as its run.json lists them ([] if none)."""
+    try:
+        listed = json.loads((out / "run.json").read_text(encoding="utf-8")).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return []
+    return [f for f in listed if isinstance(f, str)]
+
+
+def _remove_stale(out: Path, stale: list[str]) -> None:
+    """Delete files a previous run wrote that this one did not, and the folders that empties.
+
+    Only paths the previous run.json listed, and only inside ``out``: a file a person
+    put there is never touched. A stale ``iia.json`` beside a rerun's files would be
+    read as this run's result.
+    """
+    root = out.resolve()
+    for rel in stale:
+        target = (out / rel).resolve()
+        if root not in target.parents or not target.is_file():
+            continue
+        target.unlink()
+        for folder in target.parents:
+            if folder == root or any(folder.iterdir()):
+                break
+            folder.rmdir()
+
+
 def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
-    """Write the run into ``out``; returns the paths written, in manifest order."""
+    """Write the run into ``out``; returns the paths written, in manifest order.
+
+    Files an earlier run wrote into ``out`` that this one does not (a save since
+    removed, a sweep point no longer in the document) are deleted afterwards.
+    """
     files = manifest(plan, run_record)
     out = Path(out)
+    stale = [f for f in _previous_files(out) if f not in files]
     written = []
     for rel, data in files.items():
         target = out / rel
@@ -133,4 +171,5 @@ def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
             Path(tmp).unlink(missing_ok=True)
             raise
         written.append(target)
+    _remove_stale(out, stale)
     return written
