@@ -89,12 +89,12 @@ def test_renormalize_norm_property(a, b):
 
 
 def test_defaults_are_filled():
-    assert m.check_params("swap", None) == {}
-    assert m.check_params("add_scaled", {}) == {"scale": 1.0}
-    assert m.check_params("gaussian", {"std": 1}) == {"std": 1.0, "seed": 0}
-    assert m.check_params("clamp", {"min": 0}) == {"min": 0.0, "max": None}
-    assert m.check_params("lerp", {"t": 1}) == {"t": 1.0}
-    assert isinstance(m.check_params("lerp", {"t": 1})["t"], float)
+    assert vocab.check_params("swap", None) == {}
+    assert vocab.check_params("add_scaled", {}) == {"scale": 1.0}
+    assert vocab.check_params("gaussian", {"std": 1}) == {"std": 1.0, "seed": 0}
+    assert vocab.check_params("clamp", {"min": 0}) == {"min": 0.0, "max": None}
+    assert vocab.check_params("lerp", {"t": 1}) == {"t": 1.0}
+    assert isinstance(vocab.check_params("lerp", {"t": 1})["t"], float)
 
 
 @pytest.mark.parametrize("name, params, message", [
@@ -117,5 +117,5 @@ def test_defaults_are_filled():
 ])
 def test_refusals(name, params, message):
     with pytest.raises(ValueError) as info:
-        m.check_params(name, params)
+        vocab.check_params(name, params)
     assert message in str(info.value)

@@ -415,7 +415,7 @@ CASES = [
                  id="unknown-metric-kind"),
     pytest.param(_set(f"{M}.iia.token_form", "bare"), f"{M}.iia.token_form", ["space_prefixed"],
                  id="unknown-token-form"),
-    pytest.param(_set(f"interventions.patching.writes.v_cf", {"site": "target", "pos": -1, "mechanism": "swap",
+    pytest.param(_set("interventions.patching.writes.v_cf", {"site": "target", "pos": -1, "mechanism": "swap",
                                                                "operand": 0.0}),
                  "interventions.patching.writes.v_cf", ["'v_cf' names both a read and a write"],
                  id="write-named-like-a-read"),

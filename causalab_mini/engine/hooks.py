@@ -16,9 +16,7 @@ step, a pre-hook on the model counting the steps.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar, Optional
-
-import torch
+from typing import Any, ClassVar
 
 from ..errors import EngineError
 from . import loading, provenance, steps, taps

@@ -18,7 +18,6 @@ import torch
 from torch import Tensor
 
 from .. import vocab
-from ..vocab import check_params  # noqa: F401  (one checker: the compiler and the seam agree)
 
 Mechanism = Callable[[Tensor, Optional[Tensor], dict, Optional[Tensor]], Tensor]
 

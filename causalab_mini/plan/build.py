@@ -16,7 +16,7 @@ from typing import Any, Optional
 from .. import data as data_mod
 from ..errors import CompileError, MissingArtifact
 from ..ops import locate
-from ..vocab import COMPONENTS, METRICS
+from ..vocab import METRICS
 from . import sweep
 from .chat import render_row
 from .plan import (Address, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,

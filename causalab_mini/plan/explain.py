@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .plan import Featurizers, Fit, Forward, Observe, Plan, ReadOp, Weights, WriteOp
+from .plan import Featurizers, Fit, Forward, Observe, Plan, ReadOp, Weights
 
 
 def _at(op) -> str:
