@@ -16,8 +16,11 @@ for ``documents/v2/patching.causalab.json``; the folder's name is the
      }
     }
 
-Only the metrics a document saves as ``.json`` are stored, one value per row by
-example id, in row order (``null`` for an ineligible row). Writers take the
+The metrics a document saves as ``.json`` are stored one value per row by
+example id, in row order (``null`` for an ineligible row). The tensors it saves
+(``.safetensors``: generated ids, a published basis, a fitted bundle) are stored
+under ``"tensors"`` by file and tensor name, with shape and dtype, value by value
+up to ``TENSOR_VALUES`` elements and as sums beyond; integers must match exactly. Writers take the
 folder's lock file (``.causalab-lock``), read the file again, change their own
 point and ``os.replace`` a temporary file into place, so xdist workers writing
 different points of one document lose nothing and a reader never sees half a file.
@@ -60,9 +63,51 @@ def load(path: Path) -> dict:
     return data
 
 
+TENSOR_VALUES = 4096  # a saved tensor up to this many elements is stored value by value
+
+
+def _tensor_entry(tensor) -> dict:
+    t = tensor.detach().cpu()
+    out = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
+    if t.numel() <= TENSOR_VALUES:
+        out["values"] = t.flatten().tolist()
+    else:  # too many to keep: what a drift would move
+        d = t.double()
+        out["sums"] = {"sum": float(d.sum()), "abs_sum": float(d.abs().sum()), "square_sum": float((d * d).sum())}
+    return out
+
+
 def entry(point: Point) -> dict:
-    return {"produced_by": point.produced_by, "engine": point.engine,
-            "results": {name: {"rows": dict(r.pairs())} for name, r in sorted(point.saved().items())}}
+    out = {"produced_by": point.produced_by, "engine": point.engine,
+           "results": {name: {"rows": dict(r.pairs())} for name, r in sorted(point.saved().items())}}
+    tensors = point.saved_tensors()
+    if tensors:
+        out["tensors"] = {f: {n: _tensor_entry(t) for n, t in sorted(ts.items())} for f, ts in tensors.items()}
+    return out
+
+
+def _compare_tensor(point: str, label: str, stored: dict, tensor, rtol: float, atol: float) -> list:
+    """A saved tensor against its stored entry: shape and dtype exactly, values within tolerance."""
+    got = _tensor_entry(tensor)
+    if (got["shape"], got["dtype"]) != (stored["shape"], stored["dtype"]):
+        return [expect.Check(point, label, "shape", f"baseline {stored['shape']} {stored['dtype']}",
+                             f"{got['shape']} {got['dtype']}", None, False, "the saved tensor changed shape")]
+    exact = not (tensor.is_floating_point() or tensor.is_complex())
+    pairs = (list(zip(stored["values"], got["values"])) if "values" in stored and "values" in got
+             else [(stored["sums"][k], got["sums"][k]) for k in ("sum", "abs_sum", "square_sum")]
+             if "sums" in stored and "sums" in got else None)
+    if pairs is None:
+        return [expect.Check(point, label, "values", "baseline stored otherwise", "—", None, False,
+                             "rerun with --causalab-update-baselines=failing")]
+    off = [i for i, (a, b) in enumerate(pairs) if (a != b if exact else not expect.close(a, b, rtol, atol))]
+    if not off:
+        return []
+    i = max(off, key=lambda j: abs(pairs[j][1] - pairs[j][0]))
+    where = f"element {i}" if "values" in got else ("sum", "abs_sum", "square_sum")[i]
+    ref, now = pairs[i]
+    return [expect.Check(point, label, where, f"baseline {expect.number(ref)}", now, now - ref, False,
+                         f"{len(off)} of {len(pairs)} differ" + ("" if exact else
+                         f" beyond rtol {expect.number(rtol)}, atol {expect.number(atol)}"))]
 
 
 @contextmanager
@@ -135,7 +180,9 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
         return verdict
     stored = load(path).get("points", {}).get(point.name)
     saved = point.saved()
-    missing = stored is None or any(name not in stored.get("results", {}) for name in saved)
+    tensors = point.saved_tensors()
+    missing = stored is None or any(name not in stored.get("results", {}) for name in saved) or any(
+        name not in stored.get("tensors", {}).get(f, {}) for f, ts in tensors.items() for name in ts)
     if stored is not None and stored.get("produced_by") != point.produced_by:
         if update == "failing":
             store(path, point.document, point)
@@ -150,7 +197,9 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
     if missing:
         if strict and update is None:
             verdict.checks.append(expect.Check(
-                point.name, ", ".join(n for n in saved if stored is None or n not in stored["results"]) or "*",
+                point.name, ", ".join([n for n in saved if stored is None or n not in stored["results"]]
+                                      + [f for f in tensors if stored is None or f not in stored.get("tensors", {})])
+                or "*",
                 "baseline", "stored baseline", "none", None, False,
                 f"no baseline in {shown}; record it with --causalab-update-baselines=all and commit it "
                 "(missing baselines fail under CI or --causalab-strict)"))
@@ -163,6 +212,11 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
         rtol, atol = tolerance(name)
         verdict.checks += expect.compare_rows(point.name, name, "baseline", reference, result.pairs(),
                                               rtol, atol)
+    for file, named in tensors.items():
+        rtol, atol = tolerance(file)
+        for name, tensor in named.items():
+            verdict.checks += _compare_tensor(point.name, f"{file}:{name}", stored["tensors"][file][name],
+                                              tensor, rtol, atol)
     if verdict.checks and update == "failing":
         store(path, point.document, point)
         verdict.notes.append(f"baseline updated ({len(verdict.checks)} rows had drifted): {shown} [{point.name}]")

@@ -13,7 +13,7 @@ from typing import Any, Optional
 
 from causalab_mini.documents import SUFFIX
 from causalab_mini.errors import PlanError
-from causalab_mini.plan.plan import Fit, Observe, Plan
+from causalab_mini.plan.plan import Fit, Observe, Plan, Weights
 from causalab_mini.plan.write import metric_rows
 
 
@@ -153,6 +153,22 @@ class Point:
                                   Result(save.value, metric_rows(step, save.value, self.produced_by))))
         shared = {name for name in {n for _, n, _ in found} if sum(n == name for _, n, _ in found) > 1}
         return {(f"{s}/{n}" if n in shared else n): r for s, n, r in found}
+
+    def saved_tensors(self) -> dict[str, dict[str, Any]]:
+        """The tensors the document saves (every save not ending ``.json``), by file path:
+        ``{tensor name: tensor}`` — one tensor for an output or generated ids, a bundle's
+        tensors for a weights save."""
+        out: dict = {}
+        for step in self.plan.steps.values():
+            if not isinstance(step, (Observe, Fit, Weights)):
+                continue
+            source = step.evaluation if isinstance(step, Fit) else step
+            for save in step.saves:
+                value = source.results.get(save.value) if source is not None else None
+                if save.file_path.endswith(".json") or value is None:
+                    continue
+                out[save.file_path] = dict(value) if isinstance(value, dict) else {save.value: value}
+        return dict(sorted(out.items()))
 
     def value(self, name: str) -> Any:
         """A raw result (an output tensor, a generated value) by name, from whichever step has it."""

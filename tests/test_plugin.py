@@ -345,6 +345,31 @@ def test_baseline_written_then_checked_then_drift_then_update(tester):
     tester.runpytest().assert_outcomes(passed=3)
 
 
+def test_saved_tensors_are_baselined_and_drift_fails(tester):
+    """A saved tensor (here the PCA basis pca_harvest publishes) is stored by shape, dtype and
+    value; a value moved beyond tolerance fails naming the file, tensor and element."""
+    from safetensors.torch import load_file
+
+    write(tester, "harvest", "pca_harvest")
+    out = tester.path / "out"
+    tester.runpytest(f"--causalab-out={out}").assert_outcomes(passed=1, warnings=1)
+    stored = baseline(tester, "harvest")
+    entry = stored["points"]["harvest"]["tensors"]["pca.safetensors"]["basis"]
+    (written,) = out.rglob("pca.safetensors")
+    basis = load_file(written)["basis"]
+    assert entry["shape"] == list(basis.shape) and entry["dtype"] == "float32"
+    assert entry["values"] == basis.flatten().tolist()
+
+    drifted = copy.deepcopy(stored)
+    drifted["points"]["harvest"]["tensors"]["pca.safetensors"]["basis"]["values"][5] += 0.5
+    save_baseline(tester, "harvest", drifted)
+    result = tester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["harvest  pca.safetensors:basis  element 5  baseline *(1 of 128 differ*"])
+    tester.runpytest("--causalab-update-baselines=failing").assert_outcomes(passed=1, warnings=1)
+    assert baseline(tester, "harvest") == stored
+
+
 def test_a_changed_experiment_fails_until_its_baseline_is_updated(tester):
     write(tester, "single", "patching")
     tester.runpytest().assert_outcomes(passed=1, warnings=1)
@@ -401,6 +426,9 @@ class _Stub:
         self.document, self.name, self.engine, self.produced_by = document, name, "hooks", name * 4
 
     def saved(self):
+        return {}
+
+    def saved_tensors(self):
         return {}
 
 
