@@ -66,7 +66,7 @@ def load(path: Path) -> dict:
 TENSOR_VALUES = 4096  # a saved tensor up to this many elements is stored value by value
 
 
-def _tensor_entry(tensor) -> dict:
+def tensor_entry(tensor) -> dict:
     t = tensor.detach().cpu()
     out = {"shape": list(t.shape), "dtype": str(t.dtype).removeprefix("torch.")}
     if t.numel() <= TENSOR_VALUES:
@@ -82,15 +82,17 @@ def entry(point: Point) -> dict:
            "results": {name: {"rows": dict(r.pairs())} for name, r in sorted(point.saved().items())}}
     tensors = point.saved_tensors()
     if tensors:
-        out["tensors"] = {f: {n: _tensor_entry(t) for n, t in sorted(ts.items())} for f, ts in tensors.items()}
+        out["tensors"] = {f: {n: tensor_entry(t) for n, t in sorted(ts.items())} for f, ts in tensors.items()}
     return out
 
 
-def _compare_tensor(point: str, label: str, stored: dict, tensor, rtol: float, atol: float) -> list:
-    """A saved tensor against its stored entry: shape and dtype exactly, values within tolerance."""
-    got = _tensor_entry(tensor)
+def compare_tensor(point: str, label: str, stored: dict, tensor, rtol: float, atol: float,
+                   reference: str = "baseline") -> list:
+    """A saved tensor against a stored entry (``tensor_entry``): shape and dtype exactly,
+    integers exactly, floats within tolerance. ``reference`` names the other side."""
+    got = tensor_entry(tensor)
     if (got["shape"], got["dtype"]) != (stored["shape"], stored["dtype"]):
-        return [expect.Check(point, label, "shape", f"baseline {stored['shape']} {stored['dtype']}",
+        return [expect.Check(point, label, "shape", f"{reference} {stored['shape']} {stored['dtype']}",
                              f"{got['shape']} {got['dtype']}", None, False, "the saved tensor changed shape")]
     exact = not (tensor.is_floating_point() or tensor.is_complex())
     pairs = (list(zip(stored["values"], got["values"])) if "values" in stored and "values" in got
@@ -105,7 +107,7 @@ def _compare_tensor(point: str, label: str, stored: dict, tensor, rtol: float, a
     i = max(off, key=lambda j: abs(pairs[j][1] - pairs[j][0]))
     where = f"element {i}" if "values" in got else ("sum", "abs_sum", "square_sum")[i]
     ref, now = pairs[i]
-    return [expect.Check(point, label, where, f"baseline {expect.number(ref)}", now, now - ref, False,
+    return [expect.Check(point, label, where, f"{reference} {expect.number(ref)}", now, now - ref, False,
                          f"{len(off)} of {len(pairs)} differ" + ("" if exact else
                          f" beyond rtol {expect.number(rtol)}, atol {expect.number(atol)}"))]
 
@@ -215,7 +217,7 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
     for file, named in tensors.items():
         rtol, atol = tolerance(file)
         for name, tensor in named.items():
-            verdict.checks += _compare_tensor(point.name, f"{file}:{name}", stored["tensors"][file][name],
+            verdict.checks += compare_tensor(point.name, f"{file}:{name}", stored["tensors"][file][name],
                                               tensor, rtol, atol)
     if verdict.checks and update == "failing":
         store(path, point.document, point)

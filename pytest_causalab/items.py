@@ -138,6 +138,120 @@ class PointItem(pytest.Item):
             raise PointFailure(title, failed, verdict.notes)
 
     def _across(self, ran: dict) -> list:
+        """Every metric row and saved tensor of the first engine against each other engine's, within tolerance."""
+        (first, reference), *others = ran.items()
+        checks = []
+        for engine, point in others:
+            def other(c):  # the check as this engine's failure: its value labelled with the engine
+                return expect.Check(c.point, c.result, c.aggregate, c.expected,
+                                    f"{engine} {expect.number(c.got)}", c.difference, False, c.note)
+
+            def missing(name):
+                return expect.Check(point.name, name, "engines", first, f"missing on {engine}", None, False)
+
+            theirs = point.results()
+            for name, result in reference.results().items():
+                if name not in theirs:
+                    checks.append(missing(name))
+                    continue
+                rtol, atol = self.tolerance(name.split("/")[-1])
+                checks += [other(c) for c in expect.compare_rows(point.name, name, first, result.pairs(),
+                                                                 theirs[name].pairs(), rtol, atol)]
+            mine = point.saved_tensors()
+            for file, named in reference.saved_tensors().items():
+                rtol, atol = self.tolerance(file)
+                for tname, tensor in named.items():
+                    label_ = f"{file}:{tname}"
+                    if tname not in mine.get(file, {}):
+                        checks.append(missing(label_))
+                        continue
+                    checks += [other(c) for c in baseline.compare_tensor(
+                        point.name, label_, baseline.tensor_entry(tensor), mine[file][tname], rtol, atol,
+                        reference=first)]
+        return checks
+
+    def repr_failure(self, excinfo, style=None):
+        if isinstance(excinfo.value, CausalabError):
+            return refusal(excinfo.value, self.nodeid)
+        return super().repr_failure(excinfo)
+
+
+class PointFailure(Exception):
+    """Checks that did not hold at one point: rendered as a table by ``PointItem.repr_failure``."""
+
+    def __init__(self, title: str, checks: list, notes: list):
+        super().__init__(title)
+        self.title, self.checks, self.notes = title, checks, notes
+
+    def render(self) -> str:
+        text = f"{self.title}\n{expect.render(self.checks)}"
+        return text + "".join(f"\n{n}" for n in self.notes)
+
+
+class PointItem(pytest.Item):
+    def __init__(self, *, valid, **kwargs):
+        super().__init__(**kwargs)
+        self.valid = valid  # documents.ValidPoint: name, spec, document, coords
+        coords = {axis: marker_value(v) for axis, v in valid.coords}
+        self.add_marker(pytest.mark.causalab)
+        self.add_marker(pytest.mark.point(**coords))
+        # Added here, when the item is built, so `--dist loadgroup` sees it.
+        self.add_marker(pytest.mark.xdist_group(name=valid.spec.model.key))
+        # -k cannot spell "=", but ":" is an identifier character: -k "pos:-1".
+        self.extra_keyword_matches.update(f"{axis}:{label(v)}" for axis, v in valid.coords)
+
+    @property
+    def group(self) -> tuple:
+        model = self.valid.spec.model
+        return (model.key, model.revision or "", model.dtype)
+
+    @property
+    def expectations(self):
+        return self.valid.spec.header.expect
+
+    def tolerance(self, result: str):
+        settings = self.session_state.settings
+        return expect.tolerance(self.expectations, self.valid.name, self.valid.coords, result,
+                                (settings.rtol, settings.atol))
+
+    @property
+    def session_state(self):
+        return session_of(self.config)
+
+    def runtest(self) -> None:
+        state = self.session_state
+        engines = state.settings.engines
+        ran = {}
+        for engine in engines:
+            try:
+                ran[engine] = state.point(self.path, self.valid.name, engine)
+            except LATER as err:
+                prefix = f"{engine}: " if len(engines) > 1 else ""
+                _skip(f"{prefix}{type(err).__name__}: {err}")
+        checks = []
+        for engine, point in ran.items():
+            tag = f"{point.name} [{engine}]" if len(ran) > 1 else point.name
+            checks += expect.evaluate(self.expectations, self.valid.name, self.valid.coords,
+                                      point.lookup(), label=tag)
+        if len(ran) > 1:
+            checks += self._across(ran)
+        primary = ran[engines[0]]
+        verdict = baseline.check(primary, folder=state.settings.baselines, update=state.settings.update,
+                                 strict=state.settings.strict, tolerance=self.tolerance)
+        checks += verdict.checks
+        for note in verdict.notes:
+            # Line 0: attributed to the document without quoting its first line ("{").
+            warnings.warn_explicit(BaselineWarning(note), None, str(self.path), 0)
+        report.record(self, ran)
+        failed = [c for c in checks if not c.ok]
+        if failed:
+            first = failed[0]
+            more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
+            title = (f"{len(failed)} of {len(checks)} checks failed on {', '.join(ran)}: {first.result} "
+                     f"{first.aggregate} got {expect.number(first.got)}, expected {first.expected}{more}")
+            raise PointFailure(title, failed, verdict.notes)
+
+    def _across(self, ran: dict) -> list:
         """Every metric row of the first engine against each other engine's, within tolerance."""
         (first, reference), *others = ran.items()
         checks = []
@@ -153,6 +267,20 @@ class PointItem(pytest.Item):
                                              rtol, atol):
                     checks.append(expect.Check(c.point, c.result, c.aggregate, c.expected,
                                                f"{engine} {expect.number(c.got)}", c.difference, False, c.note))
+            mine = point.saved_tensors()
+            for file, named in reference.saved_tensors().items():
+                rtol, atol = self.tolerance(file)
+                for tname, tensor in named.items():
+                    other = mine.get(file, {}).get(tname)
+                    label = f"{file}:{tname}"
+                    if other is None:
+                        checks.append(expect.Check(point.name, label, "engines", first, f"missing on {engine}",
+                                                   None, False))
+                        continue
+                    for c in baseline.compare_tensor(point.name, label, baseline.tensor_entry(tensor), other,
+                                                     rtol, atol, reference=first):
+                        checks.append(expect.Check(c.point, c.result, c.aggregate, c.expected,
+                                                   f"{engine} {expect.number(c.got)}", c.difference, False, c.note))
         return checks
 
     def repr_failure(self, excinfo, style=None):

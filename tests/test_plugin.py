@@ -308,6 +308,22 @@ def test_both_engines_agree_and_a_difference_shows_where(tester):
                                  "single  iia         row 1      nnterp 1           hooks 0         -1 *"])
 
 
+def test_both_engines_compare_saved_tensors(tester):
+    """generate_probe saves the generated ids: a hooks-only steer that changes them is caught
+    element by element, integers exactly."""
+    write(tester, "probe", "generate_probe", edit=lambda d: d["interventions"]["generate"]["reads"]["logits"]
+          .__setitem__("pos", {"frame": "generated", "index": 0}))
+    tester.runpytest("--causalab-engine=both").assert_outcomes(passed=1, warnings=1)
+    tester.makeconftest("""
+        def pytest_causalab_modify_point(point, config):
+            if point.engine == "hooks":  # the patch lands a token early: other ids, same shapes
+                point.document["interventions"]["generate"]["writes"]["patch"]["pos"] = -2
+    """)
+    result = tester.runpytest("--causalab-engine=both")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*generated.safetensors:patched.generated*nnterp *hooks *"])
+
+
 def test_unknown_engine_is_a_usage_error(tester):
     write(tester, "single", "patching")
     result = tester.runpytest("--causalab-engine=pyvene")
