@@ -32,3 +32,12 @@ def hidden_of(output):
 def with_hidden(output, new):
     """``output`` with its tensor replaced by ``new``, in the same shape of value."""
     return (new, *output[1:]) if isinstance(output, tuple) else new
+
+
+def continued(tok, ids) -> str:
+    """How ``ids`` read when they continue a text, as a continuation does: decoded after a
+    prompt and the prompt's own text taken off. Decoded alone, a sentencepiece tokenizer
+    drops the leading space of the first piece; after a prompt it keeps it."""
+    prompt = tok("If today is", add_special_tokens=False)["input_ids"]
+    before = tok.decode(prompt, skip_special_tokens=False)
+    return tok.decode(prompt + list(ids), skip_special_tokens=False)[len(before):]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reference import answer_id, hidden_of, with_hidden
+from reference import answer_id, continued, hidden_of, with_hidden
 
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("nnterp")
@@ -162,8 +162,9 @@ def batch_of(forward):
 
 
 def pieces(tok, ids) -> list[str]:
-    """Each produced token's text as the continuation reads: decode of the growing prefix, differenced."""
-    texts = [tok.decode(list(ids[:k]), skip_special_tokens=False) for k in range(len(ids) + 1)]
+    """Each produced token's text as the continuation reads: decode of the growing prefix, after
+    the prompt, differenced."""
+    texts = [continued(tok, ids[:k]) for k in range(len(ids) + 1)]
     return [texts[k + 1][len(texts[k]):] for k in range(len(ids))]
 
 
@@ -329,7 +330,7 @@ def test_a_step_read_reports_its_step_and_the_token_produced_there(run, name):
         assert rec["tokens"] == tuple(repr(pieces(tok, row)[k]) for row in produced)
     rec = obs.results["positions"]["whole"]
     assert rec["rows"] == (tuple(range(N)),) * 4
-    assert rec["tokens"] == tuple(repr(tok.decode(row)) for row in produced)
+    assert rec["tokens"] == tuple(repr(continued(tok, row)) for row in produced)
 
 
 # --- 3. a prompt-frame write reaches later steps only through the cache -------------------------------
@@ -424,8 +425,8 @@ def test_the_continuation_frame_cuts_each_row_at_its_first_stop():
     assert frame.ends == (2, 3)  # row 0: up to and including its stop; row 1: the whole bound
     stop = frame.segments[0]["eos"]
     assert frame.texts[0][stop[0]:stop[1]] == tok.eos_token
-    assert stop == (len(tok.decode([a])), len(tok.decode([a, eos], skip_special_tokens=False)))
-    assert frame.texts[1] == tok.decode([a, b, c])
+    assert stop == (len(continued(tok, [a])), len(continued(tok, [a, eos])))
+    assert frame.texts[1] == continued(tok, [a, b, c])
     assert frame.segments[1] == {}
 
     at_stop = Where(frame="generated", index=-1, scope=Anchor(segment="eos"))
@@ -451,7 +452,7 @@ def said_steps(tok, produced, said) -> list:
     """The step whose cumulative decoded text first contains ``said``, or None: decoded here."""
     out = []
     for row, word in zip(produced, said):
-        texts = [tok.decode(row[:k + 1]) for k in range(len(row))]
+        texts = [continued(tok, row[:k + 1]) for k in range(len(row))]
         out.append(next((k for k, t in enumerate(texts) if word in t), None))
     return out
 

@@ -25,6 +25,7 @@ from causalab_mini.plan.chat import render_row
 from causalab_mini.plan.tokens import tokenize_rows
 from causalab_mini.shapes import Anchor, Where
 from pytest_causalab import strategies as cst
+from reference import continued
 
 transformers = pytest.importorskip("transformers")
 
@@ -395,7 +396,7 @@ def test_the_continuation_frame_of_hand_made_ids(llama):
     frame = locate.continuation_frame(llama, [stopped, running], [eos])
     stop_at = stopped.index(eos)
     assert frame.ends == (stop_at + 1, len(running)) and frame.starts == (0, 0)
-    assert frame.texts[0] == llama.decode(stopped[:stop_at + 1])
+    assert frame.texts[0] == continued(llama, stopped[:stop_at + 1])
     windows, reasons = locate.locate(frame, Where(frame="generated", index=-1, scope=Anchor(segment="eos")))
     assert windows == ((stop_at,), ()) and reasons == ("", locate.MISSING)
     assert locate.tokens_of(frame, windows[0], 0) == repr(llama.eos_token)
@@ -406,7 +407,7 @@ def test_the_continuation_frame_of_hand_made_ids(llama):
                                    ("Thursday", "Thursday"))
     assert reasons == ("", locate.MISSING)
     assert [stopped[p] for p in found[0]] == llama(" Thursday", add_special_tokens=False)["input_ids"]
-    assert llama.decode([stopped[p] for p in found[0]]) == "Thursday"
+    assert continued(llama, [stopped[p] for p in found[0]]) == " Thursday"
 
 
 def test_a_segment_on_a_plain_text_role_is_refused_at_compile_time():

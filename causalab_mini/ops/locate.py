@@ -126,28 +126,18 @@ def content_text(tok, ids: Sequence[int], mask: Sequence[int], prefix: int) -> s
 
 # --- the character map -------------------------------------------------------------
 
-def char_map_naive(tok, ids: Sequence[int]) -> tuple[str, tuple[int, ...]]:
-    """(text, offsets) by decoding every growing prefix: O(L) decodes of O(L) work.
-
-    ``offsets[k]`` is the character at which token ``k`` starts and ``offsets[L]`` is
-    ``len(text)``. The definition; :func:`char_map` is the fast road to the same answer.
-    """
-    offsets = tuple(len(decode(tok, ids[:k])) for k in range(len(ids) + 1))
-    return decode(tok, ids), offsets
-
-
 class _Pieces:
     """Each token's surface text as it reads after an ordinary word, cached per id.
 
     Decoding a token alone is wrong at the start of a text (sentencepiece drops the
     leading space of the first piece), so each id is decoded after a fixed plain
-    token and the plain token's own text taken off: O(1) work per distinct id.
+    token (``lead``) and the plain token's own text taken off: O(1) work per distinct id.
     """
 
     def __init__(self, tok):
         self.tok = tok
         lead = tok("a", add_special_tokens=False)["input_ids"]
-        self.lead = lead[:1]
+        self.lead = list(lead[:1])
         self.lead_text = decode(tok, self.lead) if self.lead else ""
         self.cache: dict[int, Optional[str]] = {}
 
@@ -159,11 +149,41 @@ class _Pieces:
         return self.cache[token]
 
 
+class _Definition:
+    """Text of growing prefixes of ``ids``: at the start of a text, or continuing one.
+
+    A prompt's content is the start of a text. A continuation is not — what a model
+    generates follows the prompt, so its first token keeps its leading space — and is
+    decoded after the plain lead token, whose text is then taken off.
+    """
+
+    def __init__(self, tok, ids: Sequence[int], pieces: _Pieces, continues: bool):
+        self.tok, self.ids = tok, list(ids)
+        self.lead = pieces.lead if continues and pieces.lead else []
+        self.cut = len(pieces.lead_text) if self.lead else 0
+
+    def text(self, j: Optional[int] = None) -> str:
+        full = decode(self.tok, [*self.lead, *self.ids[:j]])
+        return full[self.cut:]
+
+
+def char_map_naive(tok, ids: Sequence[int], *, continues: bool = False) -> tuple[str, tuple[int, ...]]:
+    """(text, offsets) by decoding every growing prefix: O(L) decodes of O(L) work.
+
+    ``offsets[k]`` is the character at which token ``k`` starts and ``offsets[L]`` is
+    ``len(text)``. The definition; :func:`char_map` is the fast road to the same answer.
+    ``continues``: the ids continue a text (a continuation), so the first keeps its space.
+    """
+    text = _Definition(tok, ids, _Pieces(tok), continues).text
+    return text(), tuple(len(text(k)) for k in range(len(ids) + 1))
+
+
 def _clean(part: Optional[str]) -> bool:
     return part is not None and "\ufffd" not in part
 
 
-def _offsets_from_pieces(tok, ids: Sequence[int], text: str, pieces: _Pieces) -> Optional[tuple[int, ...]]:
+def _offsets_from_pieces(tok, ids: Sequence[int], text: str, pieces: _Pieces,
+                         continues: bool = False) -> Optional[tuple[int, ...]]:
     """Offsets from per-token pieces, or None when they do not spell the decoded text.
 
     A token whose text depends on its neighbours — one byte of a multi-byte
@@ -176,7 +196,9 @@ def _offsets_from_pieces(tok, ids: Sequence[int], text: str, pieces: _Pieces) ->
     n = len(ids)
     if not ids:
         return (0,) if text == "" else None
-    parts = [decode(tok, ids[:1])] + [pieces(t) for t in ids[1:]]
+    definition = _Definition(tok, ids, pieces, continues)
+    first = pieces(ids[0]) if definition.lead else decode(tok, ids[:1])
+    parts = [first] + [pieces(t) for t in ids[1:]]
     offsets = [0]
     k = 0
     while k < n:
@@ -188,7 +210,7 @@ def _offsets_from_pieces(tok, ids: Sequence[int], text: str, pieces: _Pieces) ->
         while k < n and not _clean(parts[k]):
             k += 1
         if s == 0:  # from the start of the text: the definition as it stands
-            offsets[1:] = [len(decode(tok, ids[:j])) for j in range(1, k + 1)]
+            offsets[1:] = [len(definition.text(j)) for j in range(1, k + 1)]
             continue
         # From the clean token before the run, so a decoder's start-of-text rule (a dropped
         # leading space) applies alike to both decodes and cancels.
@@ -202,7 +224,8 @@ def _offsets_from_pieces(tok, ids: Sequence[int], text: str, pieces: _Pieces) ->
     return tuple(offsets)
 
 
-def char_map(tok, ids: Sequence[int], *, pieces: Optional[_Pieces] = None) -> tuple[str, tuple[int, ...]]:
+def char_map(tok, ids: Sequence[int], *, pieces: Optional[_Pieces] = None,
+             continues: bool = False) -> tuple[str, tuple[int, ...]]:
     """(text, offsets) of ``ids``: equal to :func:`char_map_naive`, in O(L) decode work.
 
     Each token's piece is decoded once per distinct id and the pieces are checked
@@ -210,10 +233,11 @@ def char_map(tok, ids: Sequence[int], *, pieces: Optional[_Pieces] = None) -> tu
     growing-prefix definition.
     """
     ids = list(ids)
-    text = decode(tok, ids)
-    offsets = _offsets_from_pieces(tok, ids, text, pieces or _Pieces(tok))
+    pieces = pieces or _Pieces(tok)
+    text = _Definition(tok, ids, pieces, continues).text()
+    offsets = _offsets_from_pieces(tok, ids, text, pieces, continues)
     if offsets is None:
-        return char_map_naive(tok, ids)
+        return char_map_naive(tok, ids, continues=continues)
     return text, offsets
 
 
@@ -243,14 +267,18 @@ class Frame:
 
 
 def build_frame(tok, ids: Sequence[Sequence[int]], mask: Sequence[Sequence[int]],
-                segments: Optional[Sequence[dict]] = None, *, prefix: Optional[int] = None) -> Frame:
-    """The frame of a padded batch: content spans from the mask, a character map per row."""
+                segments: Optional[Sequence[dict]] = None, *, prefix: Optional[int] = None,
+                continues: bool = False) -> Frame:
+    """The frame of a padded batch: content spans from the mask, a character map per row.
+
+    ``continues``: each row continues a text (a continuation), so its first token keeps
+    the space it was generated with."""
     prefix = len(special_prefix(tok)) if prefix is None else prefix
     spans = content_spans(mask, prefix)
     pieces = _Pieces(tok)
     texts, offsets = [], []
     for row, (a, b) in zip(ids, spans):
-        text, offs = char_map(tok, row[a:b], pieces=pieces)
+        text, offs = char_map(tok, row[a:b], pieces=pieces, continues=continues)
         texts.append(text)
         offsets.append(offs)
     return Frame(ids=tuple(tuple(r) for r in ids), starts=tuple(a for a, _ in spans),
@@ -367,7 +395,8 @@ def continuation_frame(tok, generated: Sequence[Sequence[int]], stop_ids) -> Fra
     """The generated frame: each row's produced ids, cut at its first stop token (kept, last).
 
     Built from the ids the decode produced, never by re-encoding their text: a
-    tokenizer is free to merge across a boundary the decode never saw. A row that
+    tokenizer is free to merge across a boundary the decode never saw. Its text
+    continues the prompt, so the first produced token keeps its leading space. A row that
     stopped has an ``eos`` segment (its stop token); a row that never stopped has
     the whole bound and none. Positions in this frame are decode steps.
     """
@@ -375,7 +404,7 @@ def continuation_frame(tok, generated: Sequence[Sequence[int]], stop_ids) -> Fra
     rows = [list(r) for r in generated]
     ends = [next((i + 1 for i, t in enumerate(r) if t in stops), len(r)) for r in rows]
     mask = [[1] * e + [0] * (len(r) - e) for r, e in zip(rows, ends)]
-    frame = build_frame(tok, rows, mask, prefix=0)
+    frame = build_frame(tok, rows, mask, prefix=0, continues=True)
     segments = []
     for r, e, offsets in zip(rows, ends, frame.offsets):
         stopped = e > 0 and r[e - 1] in stops
