@@ -667,3 +667,31 @@ def test_a_prompt_frame_head_read_in_a_decoding_forward(engine, name):
     # The prompt's last token's head output is what produced the first generated token: step 0.
     torch.testing.assert_close(row_vectors(obs.results["o_prompt_head"]), row_vectors(obs.results["o_s0"]),
                                rtol=0, atol=ATOL)
+
+
+def test_a_fixed_cut_a_continuation_that_stopped_early_cannot_fit_is_refused_by_name(engine):
+    """mini never stops a row (EOS is held off), so the case is built by hand: a stack of three
+    steps where row 0 produced its stop token at step 0. A "last 2" cut names two steps on every
+    row; row 0 has one, and the walk says so rather than failing inside a gather."""
+    from causalab_mini.engine import steps
+    from causalab_mini.errors import EngineError
+
+    eng = engine("hooks")
+    raw = plain_probe("tiny-llama")
+    reads = raw["interventions"]["generate"]["reads"]
+    del reads["whole"]  # a span of all three steps: row 0 cannot fit it either
+    del raw["steps"]["score"]["outputs"]["o_whole"]
+    reads["tail"] = {"site": "head", "pos": {"frame": "generated", "last": 2}, "model": "original", "input": "base"}
+    plan = documents.compile_plan(raw, document=DOCS / "test_generation.causalab.json", data=[DATA], facts=eng)
+    forward = forward_of(observe(plan), "original")
+    tok = eng.tokenizer
+    word = tok(" Friday", add_special_tokens=False)["input_ids"][0]
+    ids = torch.tensor([[tok.eos_token_id, word, word]] + [[word] * N] * (forward.rows - 1))
+    tail = next(r for r in forward.reads if r.name == "tail")
+    values = {"original.generated": ids, "tail": torch.zeros(forward.rows, N, tail.width)}
+    values.update({r.name: torch.zeros(forward.rows, N, r.width) for r in forward.reads
+                   if r.step == "stack" and r.name != "tail"})
+    with pytest.raises(EngineError) as refused:
+        steps.place_continuation(eng, forward, values, {}, {})
+    assert refused.value.path == "tail"
+    assert "row(s) [0]" in refused.value.problem and "cut_outside_scope" in refused.value.problem

@@ -204,6 +204,13 @@ def place_continuation(engine, forward: Forward, values: dict, windows: dict, re
             continue
         if op.step == "stack":
             cut, reasons = locate.locate(frame, op.where, op.anchors)
+            short = [r for r, w in enumerate(cut) if not w]
+            if short and not op.where.ragged:
+                # A cut of fixed width names the same number of steps on every row; a row that
+                # stopped too early to have them cannot be read rectangularly.
+                problem, fix = locate.misfit(op.name, op.where, tuple(zip(frame.starts, frame.ends)), short)
+                raise EngineError(op.name, problem.replace("prompts", "continuations"),
+                                  "scope the cut, or cut fewer steps than the earliest stop")
             values[op.name] = intervene.gather(values[op.name], cut, ragged=op.where.ragged, path=op.name)
         elif op.step == "all":
             cut, reasons = tuple(tuple(range(steps_run)) for _ in range(forward.rows)), ("",) * forward.rows
