@@ -20,6 +20,7 @@ from causalab_mini.engine import loading
 from causalab_mini.errors import CompileError, DataError, ModelError, PlanError
 from causalab_mini.plan.explain import explain
 from causalab_mini.plan.plan import Fit, Observe, Plan
+from samples import patching_document
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "documents" / "models"
@@ -32,30 +33,7 @@ def rows(ref: str) -> list[dict]:
     return [json.loads(line) for line in (DATA / name / f"{split}.jsonl").read_text().splitlines() if line.strip()]
 
 
-def base() -> dict:
-    return {
-        "header": {"description": "patching"},
-        "model": {"key": "tiny-llama"},
-        "roles": {"base": {"field": "input"}, "counterfactual": {"field": "counterfactual_inputs[0]"}},
-        "sites": {"target": {"component": "block_output", "layers": [0]}, "head": {"component": "lm_head"}},
-        "interventions": {"patching": {
-            "reads": {
-                "v_cf": {"site": "target", "pos": -1, "model": "original", "input": "counterfactual"},
-                "logits": {"site": "head", "pos": -1, "model": "patched", "input": "base"},
-            },
-            "writes": {"patch": {"site": "target", "pos": -1, "mechanism": "swap", "operand": "v_cf"}},
-            "models": {"patched": {"input": "base", "writes": ["patch"]}},
-            "metrics": {
-                "iia": {"kind": "match", "of": "logits", "expected": "cf_answer"},
-                "logit_diff": {"kind": "logit_diff", "of": "logits", "a": "cf_answer", "b": "base_answer"},
-            },
-        }},
-        "steps": {"score": {
-            "kind": "observe", "interventions": "patching",
-            "rows": {"base": "weekdays/train", "counterfactual": "weekdays/train"},
-            "saves": [{"value": "iia", "file_path": "iia.json"}],
-        }},
-    }
+base = patching_document
 
 
 def iv(doc: dict) -> dict:

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from samples import cli_command
 
 REPO = Path(__file__).resolve().parents[1]
 PATCHING = "documents/v2/patching.causalab.json"
@@ -17,16 +17,11 @@ COMPONENTS = ("embeddings", "block_input", "attention_query", "attention_key", "
 MECHANISMS = ("add_scaled", "clamp", "gaussian", "lerp", "renormalize", "swap")
 
 
-def _command() -> list[str]:
-    script = Path(sys.executable).parent / "causalab-mini"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("causalab-mini")
-    return [found] if found else [sys.executable, "-m", "causalab_mini.cli"]
+
 
 
 def cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([*_command(), *args], capture_output=True, text=True, cwd=cwd, timeout=300)
+    return subprocess.run([*cli_command(), *args], capture_output=True, text=True, cwd=cwd, timeout=300)
 
 
 def ok(*args: str, cwd: Path = REPO) -> str:

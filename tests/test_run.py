@@ -16,16 +16,15 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import socket
 import subprocess
-import sys
 from importlib import metadata
 from pathlib import Path
 
 import pytest
 
 from reference import answer_id, padded
+from samples import cli_command
 import torch
 
 from causalab_mini import cli, documents, runner
@@ -55,16 +54,11 @@ TOL = 1e-6
 
 # --- the command line ------------------------------------------------------------------------
 
-def _command() -> list[str]:
-    script = Path(sys.executable).parent / "causalab-mini"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("causalab-mini")
-    return [found] if found else [sys.executable, "-m", "causalab_mini.cli"]
+
 
 
 def cli_run(*args, cwd: Path = REPO) -> subprocess.CompletedProcess:
-    return subprocess.run([*_command(), "run", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([*cli_command(), "run", *map(str, args)], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
 
 

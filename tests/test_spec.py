@@ -16,39 +16,10 @@ import pytest
 
 from causalab_mini.errors import DocumentError, SweepError
 from causalab_mini.plan.spec import Spec, validate_spec
+from samples import patching_document
 
 
-def base() -> dict:
-    """Activation patching at layer 0, the last token (documents/v2/patching.causalab.json)."""
-    return {
-        "header": {"description": "patching"},
-        "model": {"key": "tiny-llama", "dtype": "fp32"},
-        "roles": {"base": {"field": "input"}, "counterfactual": {"field": "counterfactual_inputs[0]"}},
-        "sites": {"target": {"component": "block_output", "layers": [0]}, "head": {"component": "lm_head"}},
-        "interventions": {
-            "patching": {
-                "reads": {
-                    "v_cf": {"site": "target", "pos": -1, "model": "original", "input": "counterfactual"},
-                    "logits": {"site": "head", "pos": -1, "model": "patched", "input": "base"},
-                },
-                "writes": {"patch": {"site": "target", "pos": -1, "mechanism": "swap", "operand": "v_cf"}},
-                "models": {"patched": {"input": "base", "writes": ["patch"]}},
-                "metrics": {
-                    "iia": {"kind": "match", "of": "logits", "expected": "cf_answer"},
-                    "logit_diff": {"kind": "logit_diff", "of": "logits", "a": "cf_answer", "b": "base_answer"},
-                },
-            }
-        },
-        "steps": {
-            "score": {
-                "kind": "observe",
-                "interventions": "patching",
-                "rows": {"base": "weekdays/train", "counterfactual": "weekdays/train"},
-                "saves": [{"value": "iia", "file_path": "iia.json"},
-                          {"value": "logit_diff", "file_path": "logit_diff.json"}],
-            }
-        },
-    }
+base = patching_document
 
 
 def iv(doc: dict) -> dict:
