@@ -14,7 +14,7 @@ from typing import Any, Optional
 from causalab_mini.documents import SUFFIX
 from causalab_mini.errors import PlanError
 from causalab_mini.plan.plan import Fit, Observe, Plan, Weights
-from causalab_mini.plan.write import metric_rows
+from causalab_mini.plan.write import metric_rows, saved_tensors
 
 
 def stem(path: Path) -> str:
@@ -155,19 +155,11 @@ class Point:
         return {(f"{s}/{n}" if n in shared else n): r for s, n, r in found}
 
     def saved_tensors(self) -> dict[str, dict[str, Any]]:
-        """The tensors the document saves (every save not ending ``.json``), by file path:
-        ``{tensor name: tensor}`` — one tensor for an output or generated ids, a bundle's
-        tensors for a weights save."""
+        """The tensors the document saves, by file path (as ``plan.write`` writes them)."""
         out: dict = {}
         for step in self.plan.steps.values():
-            if not isinstance(step, (Observe, Fit, Weights)):
-                continue
-            source = step.evaluation if isinstance(step, Fit) else step
-            for save in step.saves:
-                value = source.results.get(save.value) if source is not None else None
-                if save.file_path.endswith(".json") or value is None:
-                    continue
-                out[save.file_path] = dict(value) if isinstance(value, dict) else {save.value: value}
+            if isinstance(step, (Observe, Fit, Weights)):
+                out.update(saved_tensors(step))
         return dict(sorted(out.items()))
 
     def value(self, name: str) -> Any:

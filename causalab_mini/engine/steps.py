@@ -276,11 +276,9 @@ def observe(engine, obs: Observe, state: State, *, batch_size: Optional[int] = N
     for f in forwards:
         if f.decode:
             place_continuation(engine, f, values, windows, positions)
+            obs.results[f"{f.model}.generated"] = values[f"{f.model}.generated"]
     if positions is not None:
         obs.results["positions"] = positions
-    for f in forwards:
-        if f.decode:
-            obs.results[f"{f.model}.generated"] = values[f"{f.model}.generated"]
     scored = {}
     eligible = {}
     for m in obs.metrics:

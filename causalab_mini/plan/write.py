@@ -78,21 +78,33 @@ def safetensors_bytes(tensors: dict, header=()) -> bytes:
     return len(text).to_bytes(8, "little") + text + raw[8 + n:]
 
 
-def _step_files(step, produced_by: str) -> dict[str, bytes]:
-    files: dict[str, bytes] = {}
-    saves = step.saves if not isinstance(step, Plan) else ()
+def saved_tensors(step) -> dict[str, dict]:
+    """A step's tensor saves (every save not ending ``.json``), by file path: ``{tensor name: tensor}``
+    — one tensor for an output or generated ids, a bundle's tensors for a weights save."""
     source = step.evaluation if isinstance(step, Fit) else step
-    for save in saves:
-        results = source.results if source is not None else {}
+    results = source.results if source is not None else {}
+    out = {}
+    for save in step.saves:
+        if save.file_path.endswith(".json") or save.value not in results:
+            continue
+        value = results[save.value]
+        out[save.file_path] = dict(value) if isinstance(value, dict) else {save.value: value}
+    return out
+
+
+def _step_files(step, produced_by: str) -> dict[str, bytes]:
+    source = step.evaluation if isinstance(step, Fit) else step
+    results = source.results if source is not None else {}
+    tensors = saved_tensors(step)
+    files: dict[str, bytes] = {}
+    for save in step.saves:
         if save.value not in results:
             raise PlanError(save.file_path, f"nothing called {save.value!r} was produced by this run",
                             "save a metric, an output or a generated value of this step")
         if save.file_path.endswith(".json"):
             files[save.file_path] = _json(metric_rows(source, save.value, produced_by))
-        elif isinstance(results[save.value], dict):  # a featurizer's bundle: its tensors by name
-            files[save.file_path] = safetensors_bytes(results[save.value], save.header)
         else:
-            files[save.file_path] = safetensors_bytes({save.value: results[save.value]}, save.header)
+            files[save.file_path] = safetensors_bytes(tensors[save.file_path], save.header)
     return files
 
 
