@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from functools import lru_cache
 from pathlib import Path
 
@@ -25,9 +23,8 @@ from reference import answer_id, continued, hidden_of, with_hidden
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("nnterp")
 
-from causalab_mini import cli, documents, runner  # noqa: E402
+from causalab_mini import documents, runner  # noqa: E402
 from causalab_mini.engine.loading import weights_digest  # noqa: E402
-from causalab_mini.errors import CompileError, DocumentError  # noqa: E402
 from causalab_mini.ops import locate  # noqa: E402
 from causalab_mini.plan.write import write  # noqa: E402
 from causalab_mini.shapes import Anchor, Where  # noqa: E402
@@ -39,9 +36,7 @@ DOCS = ROOT / "documents" / "v2"
 ENGINES = ("nnterp", "hooks")
 ATOL = 1e-5
 N = 3  # generate_probe / generate_steer decode
-CONTINUATION_WRITE = ("a write in the continuation frame is at a step the decode has reached — "
-                      "{'index': k} with k >= 0, or {'all': true}. {generated index:-1} names a cut of the "
-                      "finished continuation, which is something to read and not something to write into")
+
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -517,108 +512,6 @@ def test_saving_the_generated_ids_writes_a_safetensors_file(run, name, tmp_path)
         (tensor,) = held.values()
         assert tensor.dtype == torch.int64 and tensor.shape == (4, N)
         assert torch.equal(tensor, observe(plan, f"index={k}").results["patched.generated"])
-
-
-# --- 8. what is refused ----------------------------------------------------------------------
-
-def variant(tmp_path: Path, name: str, edit) -> Path:
-    raw = copy.deepcopy(doc("generate_probe"))
-    edit(raw["interventions"]["generate"])
-    path = tmp_path / f"{name}.causalab.json"
-    path.write_text(json.dumps(raw))
-    return path
-
-
-def _write_at_last(iv):
-    iv["writes"]["patch"]["pos"] = {"frame": "generated", "index": -1}
-
-
-def _no_decode(iv):
-    del iv["decode"]
-
-
-def _past_the_decode(iv):
-    iv["reads"]["logits"]["pos"] = {"frame": "generated", "index": {"sweep": [0, N]}}
-
-
-def _user_turn(iv):
-    iv["reads"]["logits"]["pos"] = {"frame": "generated", "index": -1, "scope": {"segment": "user"}}
-
-
-def _eos_in_prompt(iv):
-    iv["reads"]["logits"]["pos"] = {"index": -1, "scope": {"segment": "eos"}}
-
-
-def _write_every_token(iv):
-    iv["writes"]["patch"]["pos"] = {"frame": "generated", "last": 2}
-
-
-REFUSED = [
-    (_write_at_last, "interventions.generate: write 'patch': " + CONTINUATION_WRITE),
-    (_no_decode, "interventions.generate.reads.logits.pos: the generated frame needs a decode; "
-                 "add \"decode\": N to interventions.generate"),
-    (_past_the_decode, f"decode step {N} is past the decode of {N} steps; use an index below {N}"),
-    (_user_turn, "segment 'user' is a chat turn of the prompt; the generated frame has only 'eos'"),
-    (_eos_in_prompt, "segment 'eos' is a run of the generated frame; a prompt has none"),
-    (_write_every_token, "a write in the continuation frame is at a step the decode has reached"),
-]
-
-
-@pytest.mark.parametrize("edit,message", REFUSED, ids=[e.__name__.strip("_") for e, _ in REFUSED])
-def test_validate_refuses(tmp_path, capsys, edit, message):
-    path = variant(tmp_path, edit.__name__, edit)
-    assert cli.main(["validate", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error: DocumentError: ") and message in err, err
-    with pytest.raises(DocumentError, match=None) as info:
-        documents.points(documents.read(path))
-    assert message in str(info.value)
-
-
-def test_the_continuation_write_is_refused_by_the_command_itself(tmp_path):
-    path = variant(tmp_path, "write_last", _write_at_last)
-    done = subprocess.run([sys.executable, "-m", "causalab_mini.cli", "validate", str(path)],
-                          capture_output=True, text=True, timeout=120)
-    assert done.returncode == 2, (done.stdout, done.stderr)
-    assert "Traceback" not in done.stderr
-    assert CONTINUATION_WRITE in done.stderr
-
-
-def test_a_stacked_read_over_the_buffer_bound_is_refused(tmp_path, capsys):
-    rows, width, bound = 4, ref("tiny-llama").model.config.vocab_size, 256 * 2**20
-    decode = bound // (rows * width * 4) + 1  # the least decode over the bound
-    below = decode - 1
-
-    def stacked(n):
-        def edit(iv):
-            iv["reads"]["logits"]["pos"] = {"frame": "generated", "index": -1}
-            iv["decode"] = n
-        return edit
-
-    over = variant(tmp_path, "over", stacked(decode))
-    assert cli.main(["validate", str(over)]) == 0  # a bound of the model's width: not a document error
-    capsys.readouterr()
-    assert cli.main(["explain", str(over), "--models", str(MODELS), "--data", str(DATA)]) == 2
-    err = capsys.readouterr().err
-    mib = rows * decode * width * 4 / 2**20
-    assert err.startswith("error: CompileError: interventions.generate.reads.logits.pos: ")
-    assert f"{rows} rows x {decode} steps x {width} wide is {mib:.0f} MiB, over the 256 MiB bound" in err, err
-    # One step fewer fits: the bound is the number, not a rough size.
-    plan = documents.compile_plan(documents.read(variant(tmp_path, "under", stacked(below))),
-                                  document=DOCS / "x.causalab.json", models=[MODELS], data=[DATA])
-    assert forward_of(plan.steps["score"], "patched").decode == below
-    with pytest.raises(CompileError, match="MiB"):
-        documents.compile_plan(documents.read(over), document=DOCS / "x.causalab.json", models=[MODELS],
-                               data=[DATA])
-
-
-def test_an_attention_pattern_in_the_continuation_is_refused(tmp_path):
-    raw = copy.deepcopy(doc("generate_probe"))
-    raw["sites"]["pattern"] = {"component": "attention_probs", "layers": [0]}
-    raw["interventions"]["generate"]["reads"]["pp"] = {
-        "site": "pattern", "pos": {"frame": "generated", "index": 0}, "model": "patched", "input": "base"}
-    with pytest.raises(CompileError, match="an attention pattern gains a key at every decode step"):
-        documents.compile_plan(raw, document=DOCS / "x.causalab.json", models=[MODELS], data=[DATA])
 
 
 # --- 9. windows of rows ------------------------------------------------------------------------
