@@ -38,7 +38,6 @@ ATOL = 1e-5
 N = 3  # generate_probe / generate_steer decode
 
 
-
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread():
     """One thread: tiny models, many small ops, and on a busy machine two spinning OpenMP threads
