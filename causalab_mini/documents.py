@@ -67,7 +67,8 @@ def model_facts(spec, document: Optional[Path], models=None, *, check_revision: 
     roots = loading.model_roots(models, document)
     config = loading.load_config(resolved, roots)
     tokenizer = loading.load_tokenizer(resolved, roots)
-    return ModelFacts.from_config(config, tokenizer, key=spec.model.key, revision=resolved.revision)
+    return ModelFacts.from_config(config, tokenizer, key=spec.model.key, revision=resolved.revision,
+                                  modules=spec.model.modules)
 
 
 def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, data=None,

@@ -301,7 +301,7 @@ def test_the_runner_loads_with_attention_probs_only_when_a_document_taps_them(tm
 
 def test_gpt2_is_refused_by_name(tmp_path):
     engine = NNterpEngine.load({"key": "tiny-gpt2", "dtype": "fp32"}, models=[MODELS], attention_probs=True)
-    with pytest.raises(CompileError, match="GPT-2"):
+    with pytest.raises(CompileError, match="attention_probs on gpt2"):
         compile_plan(_raw("tiny-gpt2", _pattern_site(0, [0])), document=tmp_path / "d.causalab.json",
                      facts=engine, models=[MODELS], data=[DATA])
 

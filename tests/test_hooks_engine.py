@@ -8,7 +8,6 @@ below are spelled per family by hand for the same reason.
 """
 from __future__ import annotations
 
-import copy
 import json
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from torch import nn
 from causalab_mini import documents
 from causalab_mini.engine import base, steps
 from causalab_mini.engine.hooks import HooksEngine
-from causalab_mini.engine.standardize import standardize
+from causalab_mini.engine import standardize
 from causalab_mini.errors import CompileError, EngineError, ModelError
 
 transformers = pytest.importorskip("transformers")
@@ -601,26 +600,32 @@ def test_public_names_are_the_contract():
     assert HooksEngine.name == "hooks"
 
 
-# --- standardize --------------------------------------------------------------------------
+# --- where each component is (engine/standardize.py) ------------------------------------------
 
-EXPECTED_NAMES = {
-    "tiny-llama": {"decoder": "model", "embed_tokens": "model.embed_tokens", "ln_final": "model.norm",
-                   "lm_head": "lm_head", "layers[1]": "model.layers.1",
-                   "attentions[1]": "model.layers.1.self_attn", "mlps[1]": "model.layers.1.mlp",
-                   "o_projs[1]": "model.layers.1.self_attn.o_proj", "down_projs[1]": "model.layers.1.mlp.down_proj"},
-    "tiny-gpt2": {"decoder": "transformer", "embed_tokens": "transformer.wte", "ln_final": "transformer.ln_f",
-                  "lm_head": "lm_head", "layers[1]": "transformer.h.1", "attentions[1]": "transformer.h.1.attn",
-                  "mlps[1]": "transformer.h.1.mlp", "o_projs[1]": "transformer.h.1.attn.c_proj",
-                  "down_projs[1]": "transformer.h.1.mlp.c_proj"},
+EXPECTED_PATHS = {  # (component, layer) -> (module path, side), spelled by hand from each family's code
+    "tiny-llama": {("embeddings", None): ("model.embed_tokens", "output"), ("ln_final", None): ("model.norm", "output"),
+                   ("lm_head", None): ("lm_head", "output"), ("logits", None): ("", "output"),
+                   ("block_input", 1): ("model.layers.1", "input"),
+                   ("attention_output", 1): ("model.layers.1.self_attn", "output"),
+                   ("attention_z", 1): ("model.layers.1.self_attn.o_proj", "input"),
+                   ("mlp_input", 1): ("model.layers.1.mlp", "input"),
+                   ("mlp_hidden", 1): ("model.layers.1.mlp.down_proj", "input")},
+    "tiny-gpt2": {("embeddings", None): ("transformer.wte", "output"), ("ln_final", None): ("transformer.ln_f", "output"),
+                  ("lm_head", None): ("lm_head", "output"), ("block_output", 1): ("transformer.h.1", "output"),
+                  ("attention_output", 1): ("transformer.h.1.attn", "output"),
+                  ("attention_z", 1): ("transformer.h.1.attn.c_proj", "input"),
+                  ("mlp_output", 1): ("transformer.h.1.mlp", "output"),
+                  ("mlp_hidden", 1): ("transformer.h.1.mlp.c_proj", "input")},
 }
-EXPECTED_NAMES["tiny-gemma2"] = EXPECTED_NAMES["tiny-llama"]
+EXPECTED_PATHS["tiny-gemma2"] = EXPECTED_PATHS["tiny-llama"]
 
 
 @pytest.mark.parametrize("key", FAMILIES)
-def test_standardize_finds_each_familys_modules(models, key):
+def test_where_finds_each_familys_modules(models, key):
     engine, _ = models(key)
-    names = standardize(engine.model).names()
-    assert {k: names[k] for k in EXPECTED_NAMES[key]} == EXPECTED_NAMES[key]
+    for (component, layer), expected in EXPECTED_PATHS[key].items():
+        found = standardize.where(engine.model, engine._facts, component, layer, "sites.s")
+        assert (found.path, found.io) == expected, component
 
 
 def _tiny_llama():
@@ -629,53 +634,48 @@ def _tiny_llama():
     return transformers.AutoModelForCausalLM.from_config(cfg)
 
 
-@pytest.mark.parametrize("damage, match", [
-    (lambda m: setattr(m.model, "extra", nn.ModuleList([nn.Linear(2, 2), nn.Linear(2, 2)])),
-     "layer list: 2 candidates"),
-    (lambda m: setattr(m.model, "norm", nn.Identity()), "final norm: nothing"),
-    (lambda m: setattr(m.model, "pre_norm", copy.deepcopy(m.model.norm)), "final norm: 2 candidates"),
-    (lambda m: setattr(m.model.layers[1], "attn", nn.Linear(2, 2)), "attention: 2 candidates"),
-    (lambda m: delattr(m.model.layers[0].mlp, "down_proj"), "MLP down projection: nothing"),
-    (lambda m: setattr(m.model.layers[0].self_attn, "out_proj", nn.Linear(16, 16)),
-     "attention output projection: 2 candidates"),
-])
-def test_standardize_refuses_rather_than_guesses(damage, match):
-    model = _tiny_llama()
-    standardize(model)  # intact: fine
-    damage(model)
-    with pytest.raises(ModelError, match=match):
-        standardize(model)
-
-
-def test_standardize_checks_projection_widths():
+def _facts(model):
     from causalab_mini.engine.facts import ModelFacts
 
+    return ModelFacts.from_config(model.config, None, key="x", revision=None)
+
+
+@pytest.mark.parametrize("damage, component, error, match", [
+    (lambda m: setattr(m.model, "layers", nn.ModuleList([m.model.layers[0]])), "block_output",
+     ModelError, "ModuleList of 1, and the config says 2 layers"),
+    (lambda m: delattr(m.model, "norm"), "ln_final", CompileError, "no module 'model.norm'"),
+    (lambda m: delattr(m.model.layers[1].mlp, "down_proj"), "mlp_hidden", CompileError,
+     "no module 'mlp.down_proj' for mlp_hidden"),
+    (lambda m: setattr(m.model.layers[1].self_attn, "o_proj", nn.Linear(8, 16)), "attention_z", ModelError,
+     "takes inputs 8 wide, and the compiler addressed 16"),
+])
+def test_where_refuses_a_module_the_layout_does_not_find(damage, component, error, match):
     model = _tiny_llama()
-    facts = ModelFacts.from_config(model.config, None, key="x", revision=None)
-    standardize(model, facts)
-    model.model.layers[1].self_attn.o_proj = nn.Linear(8, 16)
-    with pytest.raises(ModelError, match="8 wide"):
-        standardize(model, facts)
+    facts = _facts(model)
+    standardize.where(model, facts, component, 1, "sites.s")  # intact: found
+    damage(model)
+    with pytest.raises(error, match=match):
+        standardize.where(model, facts, component, 1, "sites.s")
 
 
 def test_selections_put_the_tensor_back_where_they_found_it():
-    """A module input may be positional or a keyword (Llama's attention takes hidden_states=...);
-    an output may be a tuple; the model's own output keeps ``logits`` as a field."""
+    """A module input may be positional or a keyword (Llama's attention takes hidden_states=...,
+    its MLP x); an output may be a tuple; the model's own output keeps ``logits`` as a field."""
     from causalab_mini.engine import hooks
 
     a, b, new = torch.zeros(1), torch.ones(1), torch.full((1,), 7.0)
-    hidden = hooks._Argument(0, "hidden_states")
+    hidden = hooks._Input
     assert hidden.get((a, b), {}) is a
     args, kwargs = hidden.put((a, b), {"x": 1}, new)
     assert args[0] is new and args[1] is b and kwargs == {"x": 1}
-    assert hidden.get((), {"hidden_states": b}) is b
-    args, kwargs = hidden.put((), {"hidden_states": b, "x": 1}, new)
-    assert args == () and kwargs["hidden_states"] is new and kwargs["x"] == 1
-    with pytest.raises(EngineError, match="hidden_states"):
+    assert hidden.get((), {"hidden_states": b}) is b and hidden.get((), {"x": b}) is b
+    args, kwargs = hidden.put((), {"hidden_states": b, "y": 1}, new)
+    assert args == () and kwargs["hidden_states"] is new and kwargs["y"] == 1
+    with pytest.raises(ModelError, match="hidden_states"):
         hidden.get((), {})
     first = hooks._FirstIfTuple()
     assert first.get((a, b)) is a and first.put((a, b), new)[0] is new and first.put(a, new) is new
     out = transformers.modeling_outputs.CausalLMOutputWithPast(logits=a)
-    field = hooks._Field("logits")
+    field = hooks._Logits()
     assert field.get(out) is a
     assert field.put(out, new).logits is new and out["logits"] is new

@@ -13,15 +13,21 @@ from typing import Any, Optional
 from ..errors import CompileError
 from ..plan.plan import Address
 from ..vocab import BEFORE_LAYERS, COMPONENTS
+from .families import FAMILIES, Layout, OutputTransform, layout_for
 
 ENGINES = ("nnterp", "hooks")
+# Found through transformers' own published accessors (get_input_embeddings, get_output_embeddings,
+# the output's .logits), so they need no family layout.
+PUBLISHED = frozenset({"embeddings", "lm_head", "logits"})
+QKV = frozenset({"attention_query", "attention_key", "attention_value"})
+_DEFAULT = Layout(family="", layers="", ln_final="", ports={})
 
 
 @dataclass(frozen=True)
 class ModelFacts:
     key: str
     revision: Optional[str]
-    family: str  # config.model_type: llama, gpt2, gemma2, ...
+    family: str  # config.model_type: llama, gpt2, gemma2, gemma3 (the multimodal one), ...
     num_layers: int
     d_model: int
     n_heads: int
@@ -29,23 +35,34 @@ class ModelFacts:
     head_dim: int
     d_mlp: int
     vocab_size: int
-    softcap: Optional[float]
+    transform: OutputTransform  # what the model does to lm_head's output before returning logits
+    layout: Optional[Layout]  # where the family keeps each component; None: a family no table knows
     tokenizer: Any
 
     @classmethod
-    def from_config(cls, config, tokenizer, *, key: str, revision: Optional[str]) -> "ModelFacts":
+    def from_config(cls, config, tokenizer, *, key: str, revision: Optional[str],
+                    modules=None) -> "ModelFacts":
+        """``modules``: the document's ``model.modules`` (a custom layout), when it names one."""
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         d_model = text.hidden_size
         n_heads = text.num_attention_heads
         head_dim = getattr(text, "head_dim", None) or d_model // n_heads
-        d_mlp = getattr(text, "intermediate_size", None) or getattr(text, "n_inner", None) or 4 * d_model
+        if modules is not None and hasattr(modules, "model_dump"):
+            modules = modules.model_dump()
+        layout = layout_for(config.model_type, modules)
+        d_mlp = (layout or _DEFAULT).d_mlp(text, d_model)
+        transform = layout.output_transform(text) if layout else OutputTransform()
         return cls(
-            key=key, revision=revision, family=text.model_type,
+            key=key, revision=revision, family=config.model_type,
             num_layers=text.num_hidden_layers, d_model=d_model, n_heads=n_heads,
             n_kv_heads=getattr(text, "num_key_value_heads", None) or n_heads,
             head_dim=head_dim, d_mlp=d_mlp, vocab_size=text.vocab_size,
-            softcap=getattr(text, "final_logit_softcapping", None), tokenizer=tokenizer,
+            transform=transform, layout=layout, tokenizer=tokenizer,
         )
+
+    @property
+    def softcap(self) -> Optional[float]:
+        return self.transform.softcap
 
     # --- the compile-time members an engine also exposes -------------------
     def heads(self, component: str) -> int:
@@ -77,14 +94,34 @@ class ModelFacts:
         return -1 if component in BEFORE_LAYERS else self.num_layers
 
     def refusal(self, component: str, engine: str) -> Optional[str]:
-        """Why ``engine`` cannot reach ``component`` on this model, or None."""
+        """Why ``engine`` cannot reach ``component`` on this model, or None.
+
+        The sentence names the component, the family and what to use instead.
+        """
         comp = COMPONENTS[component]
+        layout = self.layout
+        if layout is None and component not in PUBLISHED:
+            known = ", ".join(sorted(FAMILIES))
+            return (f"the model family {self.family!r} is not one causalab-mini has a verified layout "
+                    f"for (known: {known}), and a guessed module would be a wrong number; name its "
+                    "modules in the document's model section: \"modules\": {\"layers\": "
+                    "\"model.layers\", \"ln_final\": \"model.norm\", \"attention\": \"self_attn\", "
+                    "\"mlp\": \"mlp\", \"attention_projection\": \"self_attn.o_proj\", "
+                    "\"mlp_projection\": \"mlp.down_proj\"}")
+        if layout is not None and component in layout.absent:
+            problem, fix = layout.absent[component]
+            return f"{component} does not exist on {layout.family}: {problem}; {fix}"
         if engine == "hooks" and not comp.hooks:
             return (f"{component} is interior to a module's forward (no module boundary exposes it), "
                     "so a forward hook cannot reach it; run this document with --engine nnterp")
-        if engine == "nnterp" and component == "attention_probs" and self.family == "gpt2":
-            return ("attention_probs on GPT-2 fails nnterp 1.3.0's own load-time check under "
-                    "transformers 5 (module_attn_dropout_0); read attention_z instead")
+        if engine == "nnterp" and component in QKV and not layout.attention_call:
+            return (f"{component} is an argument of the attention function call, and {layout.family}'s "
+                    "attention computes q, k and v in its own forward with no such call; read "
+                    "attention_z (the per-head result) instead")
+        if engine == "nnterp" and component == "attention_probs" and not layout.attention_pattern:
+            return (f"attention_probs on {layout.family} fails nnterp 1.3.0's own load-time check under "
+                    "transformers 5 (its route to the pattern does not exist there); read attention_z "
+                    "instead")
         return None
 
     def locate(self, site, *, path: str, engine: str) -> Address:

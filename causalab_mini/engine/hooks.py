@@ -15,14 +15,13 @@ step, a pre-hook on the model counting the steps.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..errors import EngineError
-from . import loading, provenance, steps, taps
+from . import loading, provenance, standardize, steps, taps
 from .base import Engine
 from .facts import ModelFacts
-from .standardize import Standardized, standardize
+from .families import INPUT
 
 
 # --- where the tensor sits inside a module's value ------------------------------------------
@@ -37,88 +36,39 @@ class _FirstIfTuple:
         return (new, *value[1:]) if isinstance(value, tuple) else new
 
 
-@dataclass(frozen=True)
-class _Field:
-    """A field of the model's own output: ``logits`` is ``output.logits``, after any softcap."""
-
-    name: str
+class _Logits:
+    """The model's own output: ``logits`` is ``output.logits``, after any scale or softcap."""
 
     def get(self, value):
-        return getattr(value, self.name) if hasattr(value, self.name) else value[self.name]
+        return value.logits if hasattr(value, "logits") else value["logits"]
 
     def put(self, value, new):
-        value[self.name] = new  # a ModelOutput keeps its attribute and its key in step
+        value["logits"] = new  # a ModelOutput keeps its attribute and its key in step
         return value
 
 
-@dataclass(frozen=True)
-class _Argument:
-    """A module input: positional ``index``, or the keyword ``name`` (Llama's attention takes kwargs)."""
+class _Input:
+    """A module's activation input, positional or by the keyword its family uses."""
 
-    index: int
-    name: str
-
-    def get(self, args, kwargs):
-        if len(args) > self.index:
-            return args[self.index]
-        if self.name in kwargs:
-            return kwargs[self.name]
-        raise EngineError("", f"the module was called without its {self.name!r} input "
-                          f"(args: {len(args)}, kwargs: {sorted(kwargs)})")
-
-    def put(self, args, kwargs, new):
-        if len(args) > self.index:
-            return (*args[:self.index], new, *args[self.index + 1:]), kwargs
-        return args, {**kwargs, self.name: new}
+    get = staticmethod(standardize.first_input)
+    put = staticmethod(standardize.put_first_input)
 
 
-_OUTPUT, _INPUT = "output", "input"
-_HIDDEN = _Argument(0, "hidden_states")
-_PROJECTION_INPUT = _Argument(0, "input")
-
-# component -> (which standardized module, output or input, where the tensor sits in it)
-_ROUTES: dict[str, tuple[str, str, Any]] = {
-    "embeddings": ("embed_tokens", _OUTPUT, _FirstIfTuple()),
-    "block_input": ("layers", _INPUT, _HIDDEN),
-    "attention_z": ("o_projs", _INPUT, _PROJECTION_INPUT),  # (rows, seq, n_heads*head_dim)
-    "attention_output": ("attentions", _OUTPUT, _FirstIfTuple()),
-    "mlp_input": ("mlps", _INPUT, _HIDDEN),
-    "mlp_hidden": ("down_projs", _INPUT, _PROJECTION_INPUT),  # Linear and GPT-2's Conv1D alike
-    "mlp_output": ("mlps", _OUTPUT, _FirstIfTuple()),
-    "block_output": ("layers", _OUTPUT, _FirstIfTuple()),
-    "ln_final": ("ln_final", _OUTPUT, _FirstIfTuple()),
-    "lm_head": ("lm_head", _OUTPUT, _FirstIfTuple()),
-    "logits": ("model", _OUTPUT, _Field("logits")),
-}
-
-
-def _module(std: Standardized, address):
-    route = _ROUTES.get(address.component)
-    if route is None:  # locate refused it at compile time; a plan compiled elsewhere can still get here
-        raise EngineError(address.spelling(), f"the hooks engine has no module boundary for "
-                          f"{address.component}", "run this document with --engine nnterp")
-    attr, kind, selection = route
-    found = getattr(std, attr)
-    if isinstance(found, tuple):
-        found = found[address.layer]
-    return found, kind, selection
-
-
-def _hook(std: Standardized, tap, forward, values, featurizers, project, step):
-    """Register one hook doing ``tap`` at its module; returns the handle. ``step[0]`` is the
-    decode step of the call the hook fires in (None when the forward does not decode)."""
-    module, kind, selection = _module(std, tap.address)
-
+def _hook(module, io: str, root: bool, tap, forward, values, featurizers, project, step):
+    """Register one hook doing ``tap`` at ``module``'s ``io`` side; returns the handle. ``step[0]`` is
+    the decode step of the call the hook fires in (None when the forward does not decode)."""
     def apply(act):
         new = taps.run_tap(act, tap, forward, values, featurizers, project, step[0])
         return None if new is act else new
 
-    if kind == _INPUT:
+    if io == INPUT:
         def pre_hook(_module, args, kwargs):
-            new = apply(selection.get(args, kwargs))
-            return None if new is None else selection.put(args, kwargs, new)
+            new = apply(_Input.get(args, kwargs))
+            return None if new is None else _Input.put(args, kwargs, new)
 
         return module.register_forward_pre_hook(pre_hook, with_kwargs=True)
+
+    selection = _Logits() if root else _FirstIfTuple()
 
     def hook(_module, _args, output):
         new = apply(selection.get(output))
@@ -130,13 +80,27 @@ def _hook(std: Standardized, tap, forward, values, featurizers, project, step):
 class HooksEngine(Engine):
     name: ClassVar[str] = "hooks"
 
-    def __init__(self, model, facts: ModelFacts, std: Standardized) -> None:
+    def __init__(self, model, facts: ModelFacts) -> None:
         self.model = model
         self._facts = facts  # holds the tokenizer: one object answers compile time and run time
-        self._std = std
-        # `.forward`, not the module call: a lens projects through the final norm and the head
-        # outside their place in the model, and must not fire the taps registered on them.
-        self._project = taps.logit_projection(std.ln_final.forward, std.lm_head.forward, facts.softcap)
+        self._where: dict = {}  # (component, layer) -> standardize.Where, found when first tapped
+
+    def _module(self, address):
+        """The module a tap hooks and its side (the model itself for ``logits``)."""
+        key = (address.component, address.layer)
+        found = self._where.get(key)
+        if found is None:
+            found = self._where[key] = standardize.where(self.model, self._facts, address.component,
+                                                         address.layer, address.spelling())
+        return self.model.get_submodule(found.path), found.io, found.path == standardize.ROOT
+
+    def _project(self, x):
+        """A lens: final norm → head → the family's output transform. ``.forward``, not the module
+        call: it runs outside the modules' place in the model and must not fire their taps."""
+        norm = self.model.get_submodule(standardize.where(
+            self.model, self._facts, "ln_final", None, "view").path)
+        return taps.logit_projection(norm.forward, self.model.get_output_embeddings().forward,
+                                     self._facts.transform)(x)
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -162,15 +126,18 @@ class HooksEngine(Engine):
         except (OSError, ValueError) as err:
             raise loading._hub_failure(resolved, err, roots) from None
         loading.freeze(model)
-        facts = ModelFacts.from_config(model.config, tokenizer, key=ref.key, revision=resolved.revision)
-        return cls(model, facts, standardize(model, facts))
+        facts = ModelFacts.from_config(model.config, tokenizer, key=ref.key, revision=resolved.revision,
+                                       modules=ref.modules)
+        return cls(model, facts)
 
     # --- compile time -------------------------------------------------------------------------
 
     def locate(self, site, *, path: str, engine=None):
         """A site as an Address with the hooks refusals applied, whatever ``engine`` asks for:
         this engine is the one that will run it."""
-        return self._facts.locate(site, path=path, engine=self.name)
+        address = self._facts.locate(site, path=path, engine=self.name)
+        self._module(address)  # found now, so a module the layout misplaces is refused at compile time
+        return address
 
     @property
     def num_layers(self) -> int:
@@ -206,7 +173,7 @@ class HooksEngine(Engine):
         """One ``model(...)`` call with a hook per tap — or, when the forward decodes, one
         ``model.generate(...)`` with the same hooks firing at every step; every hook is
         removed however it ends."""
-        inputs = taps.model_inputs(forward, self._std.embed_tokens.weight.device)
+        inputs = taps.model_inputs(forward, self.model.get_input_embeddings().weight.device)
         handles = []
         step = [None if not forward.decode else -1]  # the decode step the model is on
         try:
@@ -215,7 +182,9 @@ class HooksEngine(Engine):
                     step[0] += 1
                 handles.append(self.model.register_forward_pre_hook(count))
             for tap in forward.taps:
-                handles.append(_hook(self._std, tap, forward, values, featurizers, self._project, step))
+                module, io, root = self._module(tap.address)
+                handles.append(_hook(module, io, root, tap, forward, values, featurizers,
+                                     self._project, step))
             if forward.decode:
                 # generate derives position ids from the mask itself, and needs its cache.
                 sequences = self.model.generate(

@@ -15,7 +15,9 @@ and file bytes, which is what lets ``explain`` compile without weights.
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -200,6 +202,28 @@ def freeze(model):
     model.eval()
     model.requires_grad_(False)
     return model
+
+
+@contextmanager
+def quiet_library_logs():
+    """Library logging held to errors that end the load, while a model loads.
+
+    nnterp checks its renaming by tracing a dummy input on the meta device and falls back
+    to a real trace when that fails; on a mixture-of-experts model the meta kernel for
+    grouped matmuls refuses fp32, and torch logs the whole traceback (about 100 lines) at
+    ERROR before nnterp's fallback succeeds. None of it is the user's business: a load
+    that really fails raises.
+    """
+    names = ("nnterp", "torch._subclasses.fake_tensor")
+    loggers = [logging.getLogger(n) for n in names]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
 
 
 def quiet_loading() -> None:

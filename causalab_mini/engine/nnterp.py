@@ -58,11 +58,12 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..errors import CausalabError, CompileError, EngineError, Unsupported
+from ..errors import CausalabError, CompileError, EngineError, ModelError, Unsupported
 from ..plan import plan as plan_module
 from . import loading, provenance, steps, taps
+from . import standardize
 from .facts import ModelFacts
-from .standardize import DOWN_PROJECTION_NAMES, OUTPUT_PROJECTION_NAMES
+from .families import INPUT
 
 # The call whose arguments are q, k and v after reshape and rotary, matched on the source
 # line: nnsight names an operation {callable}_{occurrence}, and a line is what a reader sees.
@@ -145,16 +146,6 @@ class _Point:
         return self.inner(self.envoy) if self.inner is not None else self.envoy
 
 
-def _child(envoy, names: tuple[str, ...], what: str, path: str):
-    """The one child of ``envoy``'s module named in ``names``; refuses to guess between several."""
-    found = [n for n, _ in envoy._module.named_children() if n in names]
-    if len(found) != 1:
-        raise CompileError(f"{path}.component", f"cannot find {what} in {type(envoy._module).__name__}: "
-                           f"{'no child' if not found else 'children ' + ', '.join(found)} among "
-                           f"{list(names)}", "this family's layout is not one the nnterp engine knows")
-    return getattr(envoy, found[0])
-
-
 class NNterpEngine:
     name = "nnterp"
 
@@ -162,6 +153,7 @@ class NNterpEngine:
         self.model = model  # nnterp.StandardizedTransformer, dispatched and frozen
         self._facts = facts
         self._calls: dict[int, str] = {}  # layer -> the attention_interface call's operation name
+        self._where: dict = {}  # (component, layer) -> standardize.Where, found when first located
 
     # --- load -----------------------------------------------------------------
     @classmethod
@@ -176,6 +168,7 @@ class NNterpEngine:
         document is refused at compile time by name rather than inside nnterp's check.
         """
         from nnterp import StandardizedTransformer  # ~5 s: only this engine pays it
+        from nnterp.rename_utils import RenamingError
 
         loading.quiet_loading()
 
@@ -187,14 +180,29 @@ class NNterpEngine:
         # that tokenizer, so the compiler and the run share one object.
         config = loading.load_config(resolved, roots)
         tokenizer = loading.load_tokenizer(resolved, roots)
-        facts = ModelFacts.from_config(config, tokenizer, key=ref.key, revision=resolved.revision)
+        facts = ModelFacts.from_config(config, tokenizer, key=ref.key, revision=resolved.revision,
+                                       modules=ref.modules)
         eager = attention_probs and facts.refusal("attention_probs", cls.name) is None
-        # dispatch=True: nnsight otherwise loads weights on the first trace by *replacing*
-        # the module, and a freeze applied before that would not be what runs.
-        model = StandardizedTransformer(
-            resolved.source, revision=loading.hub_revision(resolved), dispatch=True, tokenizer=tokenizer,
-            device_map=device_map, dtype=loading.torch_dtype(ref), trust_remote_code=trust_remote_code,
-            enable_attention_probs=eager)
+        options = dict(revision=loading.hub_revision(resolved), device_map=device_map,
+                       dtype=loading.torch_dtype(ref), trust_remote_code=trust_remote_code)
+        source = resolved.source
+        if facts.layout is not None and facts.layout.multimodal:
+            # nnsight's LanguageModel will not load an image-text model by name; its text half runs
+            # on text documents, so it is loaded here and handed over as a module.
+            source = _load_module(resolved, options, eager)
+            options = {}
+        with loading.quiet_library_logs():
+            try:
+                # dispatch=True: nnsight otherwise loads weights on the first trace by *replacing*
+                # the module, and a freeze applied before that would not be what runs.
+                model = StandardizedTransformer(
+                    source, dispatch=True, tokenizer=tokenizer, enable_attention_probs=eager,
+                    rename_config=_rename_config(facts.layout), **options)
+            except RenamingError as err:
+                raise ModelError("model", f"nnterp 1.3.0 cannot standardize this {facts.family} model: "
+                                 f"{str(err).splitlines()[0]}",
+                                 "name its modules in the document's model.modules, or run it with "
+                                 "--engine hooks") from None
         loading.freeze(model._model)
         return cls(model, facts)
 
@@ -254,7 +262,7 @@ class NNterpEngine:
         iterator applies each step's taps (prompt-frame taps at the prefill, step 0)."""
         groups = self._groups(forward.taps)
         model = self.model
-        project = taps.logit_projection(model.ln_final, model.lm_head, self._facts.softcap)
+        project = taps.logit_projection(model.ln_final, model.lm_head, self._facts.transform)
         inputs = taps.model_inputs(forward, model._model.get_input_embeddings().weight.device)
         grad = torch.is_grad_enabled()  # the trace body runs in nnsight's worker thread
         # A nested operation's .source is reachable only before its call takes its inputs:
@@ -296,48 +304,39 @@ class NNterpEngine:
         return groups
 
     def _point(self, address, path: str) -> _Point:
+        """Where an address's value is handed over: the envoy at the module path the family's
+        layout gives (``standardize.where``, shared with the hooks engine), and which side."""
         model, component, layer = self.model, address.component, address.layer
         key = (component, layer)
-        if component == "embeddings":
-            return _Point(key, model.embed_tokens, "output", _first, _put_first)
-        if component == "block_input":
-            return _Point(key, model.layers[layer], "input", _itself, _replaced)
-        if component == "block_output":
-            return _Point(key, model.layers[layer], "output", _first, _put_first)
-        if component == "attention_output":
-            return _Point(key, model.attentions[layer], "output", _first, _put_first)
-        if component == "mlp_input":
-            return _Point(key, model.mlps[layer], "input", _itself, _replaced)
-        if component == "mlp_output":
-            return _Point(key, model.mlps[layer], "output", _first, _put_first)
-        if component == "attention_z":
-            proj = _child(model.attentions[layer], OUTPUT_PROJECTION_NAMES, "the output projection", path)
-            return _Point(key, proj, "input", _itself, _replaced)
-        if component == "mlp_hidden":
-            proj = _child(model.mlps[layer], DOWN_PROJECTION_NAMES, "the down projection", path)
-            return _Point(key, proj, "input", _itself, _replaced)
+        found = self._where.get(key)
+        if found is None:
+            found = self._where[key] = standardize.where(model._model, self._facts, component, layer, path)
         if component in QKV_ARGUMENT:
-            call = getattr(model.attentions[layer].source, self._call(layer, path))
+            call = getattr(self._envoy(found.path).source, self._call(found.path, layer, path))
             return _Point(("attention_call", layer), call, "inputs", *_heads(QKV_ARGUMENT[component]))
         if component == "attention_probs":
             # nnterp's own route to the pattern (checked by nnterp at load): an operation inside
             # the attention function's source, which nnsight resolves only inside a trace.
-            return _Point(key, model.attentions[layer], "output", _pattern, _put_pattern,
+            return _Point(key, self._envoy(found.path), "output", _pattern, _put_pattern,
                           inner=model.attention_probabilities.source_attr, within=("attention_call", layer))
-        if component == "ln_final":
-            return _Point(key, model.ln_final, "output", _first, _put_first)
-        if component == "lm_head":
-            return _Point(key, model.lm_head, "output", _first, _put_first)
-        if component == "logits":
+        if found.path == standardize.ROOT:
             return _Point(key, model, "output", _logits, _put_logits)
-        raise Unsupported(f"{path}.component", f"{component} is not implemented on the nnterp engine",
-                          "use another component")
+        if found.io == INPUT:
+            return _Point(key, self._envoy(found.path), "input", _itself, _replaced)
+        return _Point(key, self._envoy(found.path), "output", _first, _put_first)
 
-    def _call(self, layer: int, path: str) -> str:
+    def _envoy(self, dotted: str):
+        """The envoy of the module at ``dotted`` (its own name: nnsight keeps those beside nnterp's)."""
+        envoy = self.model
+        for part in dotted.split(".") if dotted else ():
+            envoy = getattr(envoy, part)
+        return envoy
+
+    def _call(self, attention: str, layer: int, path: str) -> str:
         """The operation name of layer ``layer``'s ``attention_interface(`` call, found on its source line."""
         name = self._calls.get(layer)
         if name is None:
-            accessor = self.model.attentions[layer].source.accessor
+            accessor = self._envoy(attention).source.accessor
             lines = accessor.source.split("\n")[1:]  # line_numbers count from the line after ``def``
             callable_name = INTERIOR_CALL[:-1]
             hits = [op for op, line in accessor.line_numbers.items()
@@ -346,7 +345,7 @@ class NNterpEngine:
                 raise CompileError(f"{path}.component", f"layer {layer}'s attention forward has "
                                    f"{len(hits)} calls on a line containing {INTERIOR_CALL!r} "
                                    f"({', '.join(hits) or 'none'}), so q/k/v cannot be addressed",
-                                   "this family's attention is not one the nnterp engine knows")
+                                   "read attention_z (the per-head result) instead")
             name = self._calls[layer] = hits[0]
         return name
 
@@ -375,6 +374,27 @@ def _apply_taps(groups, ahead, forward, values, featurizers, project, step) -> N
                 value, written = point.put(value, act), True
         if written:
             setattr(target, first.attr, value)
+
+
+def _rename_config(layout):
+    """nnterp's ``RenameConfig`` for a layout: the names its own defaults would not find.
+
+    nnterp renames by a module's own name; its defaults miss Phi's ``final_layernorm`` and a
+    multimodal model's text layers. Names nnterp already finds are left to it.
+    """
+    from nnterp.rename_utils import RenameConfig
+
+    if layout is None:
+        return None
+    return RenameConfig(layers_name=layout.layers, ln_final_name=layout.ln_final)
+
+
+def _load_module(resolved, options: dict, eager: bool):
+    """The checkpoint as a plain transformers module (safetensors only), for nnterp to wrap."""
+    from transformers import AutoModelForCausalLM
+
+    extra = {"attn_implementation": "eager"} if eager else {}
+    return AutoModelForCausalLM.from_pretrained(resolved.source, use_safetensors=True, **options, **extra)
 
 
 def _session_options(model, remote) -> dict:

@@ -1,79 +1,104 @@
-"""nnterp's spellings over a plain Hugging Face model, for the hooks engine.
+"""Where a component is in a loaded model: a module path and which side of it, for both engines.
 
-nnterp renames each family's modules to one set of names; a plain
-``AutoModelForCausalLM`` has the family's own. ``standardize`` finds the same
-modules and returns them under nnterp's names, so the hooks engine never says
-``model.transformer.h`` or ``model.model.layers``.
+The family's ``Layout`` (``families.py``) says where each layered component sits; this
+module turns (component, layer) into a dotted module path in the top-level causal LM
+and the module's input or output, and finds that module. The hooks engine hooks the
+``nn.Module`` at the path; the nnterp engine touches the envoy at the same path (nnsight
+keeps every module's own name beside nnterp's aliases), so the two engines address one
+module by one rule.
 
-Three of the names are published by transformers and need no family knowledge:
-the decoder (``base_model_prefix``), the head (``get_output_embeddings()``) and
-the embeddings (``get_input_embeddings()``). The rest are conventions — the
-layer list, the final norm, each layer's attention and MLP, and the two
-projections whose inputs are the per-head result and the MLP neurons — and
-every one of them raises when it finds nothing or more than one candidate,
-rather than picking a first match: a wrong module is a wrong number, silently.
+Resolution is lazy — a component is found when a document taps it — so a family whose
+MLP has no single down projection still runs every document that never asks for
+``mlp_hidden``. Three modules need no family knowledge, because transformers publishes
+them: the embeddings (``get_input_embeddings``), the head (``get_output_embeddings``)
+and the model's own ``logits``. Every module found is checked against the widths the
+compiler addressed, and a miss is refused naming the component, the family and the path.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional
+from typing import Any, Optional
 
 from torch import nn
 
-from ..errors import ModelError
+from ..errors import CompileError, ModelError
+from .families import INPUT, OUTPUT
 
-# Conventions, by the child's attribute name. Each is only a candidate list: exactly
-# one child of the module must match, or standardize refuses.
-ATTENTION_NAMES = ("self_attn", "attn", "attention", "self_attention")
-MLP_NAMES = ("mlp", "feed_forward", "ffn")
-OUTPUT_PROJECTION_NAMES = ("o_proj", "c_proj", "out_proj", "dense")  # llama/gemma: o_proj, gpt2: c_proj
-DOWN_PROJECTION_NAMES = ("down_proj", "c_proj", "fc2", "dense_4h_to_h", "w2")  # gpt2: c_proj
+ROOT = ""  # the path of the top-level model: its output's ``logits`` is the ``logits`` component
 
 
 @dataclass(frozen=True)
-class Standardized:
-    """A model's modules under nnterp's names (``layers[l]``, ``ln_final``, ``lm_head``, …)."""
+class Where:
+    """A component's place: the module's dotted path (ROOT for the model itself) and its side."""
 
-    model: nn.Module  # the top-level CausalLM: its output's ``logits`` field is the ``logits`` component
-    decoder: nn.Module  # under ``base_model_prefix``
-    embed_tokens: nn.Module
-    layers: tuple[nn.Module, ...]
-    attentions: tuple[nn.Module, ...]  # layers[l].self_attn
-    mlps: tuple[nn.Module, ...]  # layers[l].mlp
-    o_projs: tuple[nn.Module, ...]  # the attention's output projection: its input is attention_z
-    down_projs: tuple[nn.Module, ...]  # the MLP's down projection: its input is mlp_hidden
-    ln_final: nn.Module
-    lm_head: nn.Module
-
-    def names(self) -> dict[str, str]:
-        """Each standardized name → the module's own dotted path in the model (for messages and tests)."""
-        paths = {id(m): n for n, m in self.model.named_modules()}
-        out = {"decoder": paths[id(self.decoder)], "embed_tokens": paths[id(self.embed_tokens)],
-               "ln_final": paths[id(self.ln_final)], "lm_head": paths[id(self.lm_head)]}
-        for plural in ("layers", "attentions", "mlps", "o_projs", "down_projs"):
-            for i, m in enumerate(getattr(self, plural)):
-                out[f"{plural}[{i}]"] = paths[id(m)]
-        return out
+    path: str
+    io: str  # INPUT or OUTPUT
 
 
-def _refuse(what: str, problem: str) -> ModelError:
-    return ModelError("model", f"cannot standardize this model's {what}: {problem}",
-                      "run it with --engine nnterp, which knows the family's layout")
+def _module_path(model: nn.Module, module: Optional[nn.Module], what: str) -> str:
+    if module is None:
+        raise ModelError("model", f"the model publishes no {what}",
+                         "it is not a causal language model transformers knows how to head")
+    for name, candidate in model.named_modules():
+        if candidate is module:
+            return name
+    raise ModelError("model", f"the model's {what} is not one of its own modules", "")
 
 
-def _one(what: str, where: str, found: list[tuple[str, nn.Module]]) -> nn.Module:
-    distinct = {id(m): (n, m) for n, m in found}
-    if len(distinct) == 1:
-        return next(iter(distinct.values()))[1]
-    if not distinct:
-        raise _refuse(what, f"nothing under {where} matches")
-    names = ", ".join(sorted(n for n, _ in distinct.values()))
-    raise _refuse(what, f"{len(distinct)} candidates under {where} ({names}); refusing to guess")
+def where(model: nn.Module, facts: Any, component: str, layer: Optional[int], path: str) -> Where:
+    """Where ``component`` at ``layer`` is in ``model`` (a plain torch causal LM), checked.
+
+    ``facts`` is the compiler's ``ModelFacts``: its layout, and the widths a projection's
+    input must have. ``path`` is the document path refusals name.
+    """
+    if component == "embeddings":
+        return Where(_module_path(model, model.get_input_embeddings(), "input embeddings"), OUTPUT)
+    if component == "lm_head":
+        return Where(_module_path(model, model.get_output_embeddings(), "output embeddings"), OUTPUT)
+    if component == "logits":
+        return Where(ROOT, OUTPUT)
+    layout = facts.layout
+    if layout is None:  # ModelFacts.locate refused it at compile time; a plan compiled elsewhere may not have
+        raise CompileError(f"{path}.component", f"{facts.key} cannot address {component}",
+                           facts.refusal(component, "hooks") or "")
+    if component == "ln_final":
+        _find(model, layout.ln_final, component, layout.family, path)
+        return Where(layout.ln_final, OUTPUT)
+    layers = layer_list(model, facts, path)
+    base = f"{layout.layers}.{layer}"
+    if component in ("block_input", "block_output"):
+        return Where(base, INPUT if component == "block_input" else OUTPUT)
+    if component in _INTERIORS:  # inside the attention forward: the nnterp engine reaches it there
+        return Where(f"{base}.{layout.ports['attention_output'].module}", OUTPUT)
+    port = layout.port(component)
+    if port is None:
+        raise CompileError(f"{path}.component", f"{layout.family}'s layout does not place {component}",
+                           "use another component")
+    module = _find(layers[layer], port.module, component, layout.family, path)
+    _check_width(module, component, facts, path)
+    return Where(f"{base}.{port.module}", port.io)
 
 
-def _named(module: nn.Module, names: Iterable[str]) -> list[tuple[str, nn.Module]]:
-    wanted = tuple(names)
-    return [(n, m) for n, m in module.named_children() if n in wanted]
+_INTERIORS = frozenset({"attention_query", "attention_key", "attention_value", "attention_probs"})
+
+
+def layer_list(model: nn.Module, facts: Any, path: str = "model") -> nn.ModuleList:
+    layout = facts.layout
+    layers = _find(model, layout.layers, "the layer list", layout.family, path)
+    if not isinstance(layers, nn.ModuleList) or len(layers) != facts.num_layers:
+        raise ModelError(path, f"{layout.family}: {layout.layers} is a {type(layers).__name__} "
+                         f"of {len(layers) if hasattr(layers, '__len__') else '?'}, and the config says "
+                         f"{facts.num_layers} layers", "correct model.modules.layers")
+    return layers
+
+
+def _find(root: nn.Module, dotted: str, what: str, family: str, path: str) -> nn.Module:
+    try:
+        return root.get_submodule(dotted)
+    except AttributeError:
+        raise CompileError(f"{path}.component", f"{family} has no module {dotted!r} for {what}",
+                           "this checkpoint's layout differs from its family's; name its modules in "
+                           "the document's model.modules") from None
 
 
 def _in_width(module: nn.Module) -> Optional[int]:
@@ -85,54 +110,35 @@ def _in_width(module: nn.Module) -> Optional[int]:
     return None
 
 
-def _check_width(what: str, module: nn.Module, expected: Optional[int]) -> None:
-    got = _in_width(module)
-    if expected is not None and got is not None and got != expected:
-        raise _refuse(what, f"the module found takes inputs {got} wide, and the config says {expected}")
+def _check_width(module: nn.Module, component: str, facts: Any, path: str) -> None:
+    """A projection whose input the compiler addressed must take exactly that width."""
+    expected = {"attention_z": facts.n_heads * facts.head_dim, "mlp_hidden": facts.d_mlp}.get(component)
+    got = _in_width(module) if expected is not None else None
+    if got is not None and got != expected:
+        raise ModelError(f"{path}.component", f"{facts.layout.family}: the module at {component} takes "
+                         f"inputs {got} wide, and the compiler addressed {expected} from the config",
+                         "the config and the checkpoint disagree; name the right module in model.modules")
 
 
-def standardize(model: Any, facts: Any = None) -> Standardized:
-    """``model``'s modules under nnterp's names; raises ``ModelError`` rather than guess.
+def first_input(args: tuple, kwargs: dict):
+    """A module's activation input: its first positional argument, or the keyword a family names it by."""
+    if args:
+        return args[0]
+    for name in INPUT_NAMES:
+        if name in kwargs:
+            return kwargs[name]
+    raise ModelError("", f"the module was called without a positional input or one of {INPUT_NAMES} "
+                     f"(kwargs: {sorted(kwargs)})", "")
 
-    ``facts`` (a ``ModelFacts``), when given, checks that the two projections found take
-    inputs as wide as the compiler will address: n_heads·head_dim and d_mlp.
-    """
-    config = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    decoder = getattr(model, prefix, None) if prefix else None
-    if not isinstance(decoder, nn.Module) or decoder is model:
-        raise _refuse("decoder", f"base_model_prefix {prefix!r} names no submodule")
-    embed = model.get_input_embeddings()
-    head = model.get_output_embeddings()
-    if embed is None:
-        raise _refuse("embeddings", "get_input_embeddings() returned None")
-    if head is None:
-        raise _refuse("lm_head", "get_output_embeddings() returned None (not a causal LM head?)")
 
-    n_layers = config.num_hidden_layers
-    layer_list = _one("layer list", type(decoder).__name__,
-                      [(n, m) for n, m in decoder.named_children()
-                       if isinstance(m, nn.ModuleList) and len(m) == n_layers])
-    norms = [(n, m) for n, m in decoder.named_children()
-             if m is not layer_list and "norm" in type(m).__name__.lower()]
-    ln_final = _one("final norm", type(decoder).__name__, norms)
+def put_first_input(args: tuple, kwargs: dict, new):
+    if args:
+        return (new, *args[1:]), kwargs
+    for name in INPUT_NAMES:
+        if name in kwargs:
+            return args, {**kwargs, name: new}
+    raise ModelError("", "the module's input has nowhere to go back", "")
 
-    attentions, mlps, o_projs, down_projs = [], [], [], []
-    for i, layer in enumerate(layer_list):
-        where = f"layers[{i}] ({type(layer).__name__})"
-        attn = _one("attention", where, _named(layer, ATTENTION_NAMES))
-        mlp = _one("MLP", where, _named(layer, MLP_NAMES))
-        o_proj = _one("attention output projection", f"{where}.attention ({type(attn).__name__})",
-                      _named(attn, OUTPUT_PROJECTION_NAMES))
-        down = _one("MLP down projection", f"{where}.mlp ({type(mlp).__name__})",
-                    _named(mlp, DOWN_PROJECTION_NAMES))
-        if facts is not None:
-            _check_width("attention output projection", o_proj, facts.n_heads * facts.head_dim)
-            _check_width("MLP down projection", down, facts.d_mlp)
-        attentions.append(attn)
-        mlps.append(mlp)
-        o_projs.append(o_proj)
-        down_projs.append(down)
-    return Standardized(model=model, decoder=decoder, embed_tokens=embed, layers=tuple(layer_list),
-                        attentions=tuple(attentions), mlps=tuple(mlps), o_projs=tuple(o_projs),
-                        down_projs=tuple(down_projs), ln_final=ln_final, lm_head=head)
+
+# Llama's decoder layer and attention take hidden_states=..., its MLP x, a Linear input.
+INPUT_NAMES = ("hidden_states", "x", "input")

@@ -138,17 +138,22 @@ def generation_options(forward: Forward, tokenizer) -> dict:
 
 
 def logit_projection(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], Tensor],
-                     softcap: Optional[float] = None) -> Callable[[Tensor], Tensor]:
-    """``project`` for a read with ``view: "logits"``: final norm → head → the family's final softcap.
+                     transform) -> Callable[[Tensor], Tensor]:
+    """``project`` for a read with ``view: "logits"``: final norm → head → the family's output transform.
 
-    ``softcap`` is ``config.final_logit_softcapping`` (Gemma-2: ``tanh(x / c) * c``, in the
-    order the model itself applies it); None or 0 for a family without one. Both engines
-    build their ``project`` here, so a lens read means the same on each.
+    ``transform`` is the family's ``families.OutputTransform``, applied in the order the
+    model's own forward applies it: Cohere's scale, Granite's divisor, Gemma-2/3's final
+    softcap (``tanh(x / c) * c``). So a lens at the last layer is the model's own logits.
+    Both engines build their ``project`` here, so a lens read means the same on each.
     """
     def project(x: Tensor) -> Tensor:
         y = head(norm(x))
-        if softcap:
-            y = torch.tanh(y / softcap) * softcap
+        if transform.multiply is not None:
+            y = y * transform.multiply
+        if transform.divide is not None:
+            y = y / transform.divide
+        if transform.softcap:
+            y = torch.tanh(y / transform.softcap) * transform.softcap
         return y
 
     return project

@@ -74,12 +74,34 @@ class Header(_Strict):
                     "aggregates (mean, min, max, all, eligible) compared with thresholds.")
 
 
+_MODULE_PATH = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_]+)*$"
+
+
+class Modules(_Strict):
+    """Where a family no table knows keeps its modules (dotted paths as ``named_modules`` spells them)."""
+
+    layers: str = Field(pattern=_MODULE_PATH, description="The decoder layers' ModuleList, from the "
+                        "top-level model: `model.layers`, `transformer.h`.")
+    ln_final: str = Field(pattern=_MODULE_PATH, description="The final norm, from the top-level model.")
+    attention: str = Field(pattern=_MODULE_PATH, description="The attention module, inside a layer: "
+                           "its output is attention_output.")
+    mlp: str = Field(pattern=_MODULE_PATH, description="The MLP module, inside a layer: its input and "
+                     "output are mlp_input and mlp_output.")
+    attention_projection: Optional[str] = Field(None, pattern=_MODULE_PATH, description="The attention's "
+                                                "output projection, inside a layer: its input is attention_z.")
+    mlp_projection: Optional[str] = Field(None, pattern=_MODULE_PATH, description="The MLP's down "
+                                          "projection, inside a layer: its input is mlp_hidden.")
+
+
 class ModelRef(_Strict):
     key: str = Field(description="A directory relative to the document, a name under the model "
                                  "search path, or a hub id.")
     revision: Optional[str] = Field(None, description="Hub commit, or `sha256:<hex>` of a local "
                                                       "model's weights (checked at load).")
     dtype: Literal["fp32", "fp16", "bf16"] = "fp32"
+    modules: Optional[Modules] = Field(None, description="Module names for a model family causalab-mini "
+                                       "has no layout for (the way nnterp's RenameConfig names them); "
+                                       "a known family needs none.")
 
     @field_validator("key")
     @classmethod

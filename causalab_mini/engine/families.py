@@ -1,0 +1,226 @@
+"""Where each transformer family keeps the modules a component names, and what it does after them.
+
+One table, read by the compiler (widths, refusals) and by both engines (which module
+to hook, which envoy to touch, how a lens ends), so the three cannot disagree. Standard
+library only: ``explain`` reads it with no torch imported.
+
+A ``Layout`` says, for one family, with module paths as ``named_modules`` spells them:
+
+* where the layer list and the final norm are, from the top-level causal LM;
+* inside a layer, which module's input or output each layered component is. A
+  component is what the family's own code computes, not a module that happens to
+  have the name: BLOOM's attention and MLP add the residual inside their forward, so
+  their contribution is the output of the projection before that add
+  (``self_attention.dense``, ``mlp.dense_4h_to_h``); OPT has no MLP module, so its MLP
+  is ``fc1``'s input to ``fc2``'s output;
+* how wide the MLP is, from the config fields the family's code reads;
+* what the causal LM does to ``lm_head``'s output before returning logits (Cohere
+  multiplies by ``logit_scale``, Granite divides by ``logits_scaling``, Gemma-2/3 cap),
+  which a logit lens must do too;
+* which components the family does not have at all (a sparse MoE block has one down
+  projection per expert, so no single ``mlp_hidden``), each with the sentence a
+  refusal prints.
+
+A model whose family is not in the table is refused by name unless its document's
+``model.modules`` names the modules (``custom_layout``): a guessed module is a wrong
+number, silently.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Mapping, Optional
+
+INPUT, OUTPUT = "input", "output"
+
+
+@dataclass(frozen=True)
+class Port:
+    """One module's input or output, by its path relative to a layer."""
+
+    module: str
+    io: str  # INPUT or OUTPUT
+
+    def spelling(self) -> str:
+        return f"{self.module}.{self.io}"
+
+
+@dataclass(frozen=True)
+class OutputTransform:
+    """What the causal LM applies to ``lm_head``'s output, in its own order: scale, divide, cap.
+
+    Each is a number read from the config at compile time (None: the family does not).
+    """
+
+    multiply: Optional[float] = None  # Cohere: logits * logit_scale
+    divide: Optional[float] = None  # Granite: logits / logits_scaling
+    softcap: Optional[float] = None  # Gemma-2/3: tanh(logits / c) * c
+
+    def spelling(self) -> str:
+        parts = [f"* {self.multiply}" if self.multiply is not None else "",
+                 f"/ {self.divide}" if self.divide is not None else "",
+                 f"softcap {self.softcap}" if self.softcap else ""]
+        return ", ".join(p for p in parts if p) or "none"
+
+
+@dataclass(frozen=True)
+class Layout:
+    family: str  # config.model_type, or "custom" for a layout a document names
+    layers: str  # the ModuleList of decoder layers, from the causal LM
+    ln_final: str  # the final norm, from the causal LM
+    ports: Mapping[str, Port]  # layered component -> its module port, relative to a layer
+    d_mlp_fields: tuple[str, ...] = ("intermediate_size",)  # first config field set; else 4·d_model
+    multiply_field: Optional[str] = None
+    divide_field: Optional[str] = None
+    softcap_field: Optional[str] = None
+    # component -> why this family has no such thing, and what to use instead
+    absent: Mapping[str, str] = field(default_factory=dict)
+    # q/k/v: the attention forward calls ``attention_interface(self, q, k, v, ...)``
+    attention_call: bool = True
+    # attention_probs: nnterp's route to the pattern passes its own load-time check here
+    attention_pattern: bool = True
+    moe: bool = False
+    # An image-text model whose text half runs text documents (loaded by its own class, handed to nnterp)
+    multimodal: bool = False
+
+    def d_mlp(self, config: Any, d_model: int) -> int:
+        for name in self.d_mlp_fields:
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return 4 * d_model
+
+    def output_transform(self, config: Any) -> OutputTransform:
+        def number(name: Optional[str]) -> Optional[float]:
+            value = getattr(config, name, None) if name else None
+            return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+        return OutputTransform(multiply=number(self.multiply_field), divide=number(self.divide_field),
+                               softcap=number(self.softcap_field) or None)
+
+    def port(self, component: str) -> Optional[Port]:
+        return self.ports.get(component)
+
+
+def _ports(attention: str, mlp: Optional[str], o_proj: str, down_proj: Optional[str], *,
+           attention_output: Optional[str] = None, mlp_input: Optional[str] = None,
+           mlp_output: Optional[str] = None) -> dict[str, Port]:
+    """The five layered module components of a family, from its module names."""
+    ports = {
+        "attention_output": Port(attention_output or attention, OUTPUT),
+        "attention_z": Port(f"{attention}.{o_proj}", INPUT),
+        "mlp_input": Port(mlp_input or mlp, INPUT),
+        "mlp_output": Port(mlp_output or mlp, OUTPUT),
+    }
+    if down_proj is not None:
+        ports["mlp_hidden"] = Port(down_proj if mlp is None else f"{mlp}.{down_proj}", INPUT)
+    return ports
+
+
+MOE_HIDDEN = ("a sparse mixture-of-experts block has one down projection per expert and routes each "
+              "token to a few of them, so there is no single set of MLP neurons to address",
+              "address the block's input or output (mlp_input, mlp_output) instead")
+
+_LLAMA_PORTS = _ports("self_attn", "mlp", "o_proj", "down_proj")
+
+
+def _llama_like(family: str, **extra) -> Layout:
+    return Layout(family=family, layers="model.layers", ln_final="model.norm", ports=_LLAMA_PORTS, **extra)
+
+
+def _moe(family: str) -> Layout:
+    return Layout(family=family, layers="model.layers", ln_final="model.norm",
+                  ports={k: v for k, v in _LLAMA_PORTS.items() if k != "mlp_hidden"},
+                  absent={"mlp_hidden": MOE_HIDDEN}, moe=True)
+
+
+_GPT2_PORTS = _ports("attn", "mlp", "c_proj", "c_proj")
+_GEMMA_CAP = dict(softcap_field="final_logit_softcapping")
+
+FAMILIES: dict[str, Layout] = {layout.family: layout for layout in (
+    _llama_like("llama"), _llama_like("mistral"), _llama_like("qwen2"), _llama_like("qwen3"),
+    _llama_like("gemma"), _llama_like("gemma2", **_GEMMA_CAP), _llama_like("gemma3_text", **_GEMMA_CAP),
+    _llama_like("phi3"), _llama_like("olmo"), _llama_like("olmo2"), _llama_like("stablelm"),
+    _llama_like("smollm3"),
+    _llama_like("cohere", multiply_field="logit_scale"),
+    _llama_like("granite", divide_field="logits_scaling"),
+    Layout("starcoder2", "model.layers", "model.norm", _ports("self_attn", "mlp", "o_proj", "c_proj")),
+    _moe("qwen2_moe"), _moe("qwen3_moe"), _moe("mixtral"), _moe("olmoe"),
+    # Gemma-3 4b/12b/27b: a multimodal model whose text half is a Gemma-3 text model.
+    Layout("gemma3", "model.language_model.layers", "model.language_model.norm", _LLAMA_PORTS,
+           multimodal=True, **_GEMMA_CAP),
+    Layout("phi", "model.layers", "model.final_layernorm", _ports("self_attn", "mlp", "dense", "fc2")),
+    # attention_pattern=False: nnterp 1.3.0's route to the pattern (module_attn_dropout_0 on GPT-2,
+    # self__attn_0 on GPT-J) is not in transformers 5's attention source, and fails its own check.
+    Layout("gpt2", "transformer.h", "transformer.ln_f", _GPT2_PORTS, d_mlp_fields=("n_inner",),
+           attention_pattern=False),
+    Layout("gpt_bigcode", "transformer.h", "transformer.ln_f", _GPT2_PORTS, d_mlp_fields=("n_inner",)),
+    Layout("gpt_neox", "gpt_neox.layers", "gpt_neox.final_layer_norm",
+           _ports("attention", "mlp", "dense", "dense_4h_to_h")),
+    Layout("gptj", "transformer.h", "transformer.ln_f", _ports("attn", "mlp", "out_proj", "fc_out"),
+           d_mlp_fields=("n_inner",), attention_pattern=False),
+    # GPT-Neo's attention module wraps the self-attention that owns the projections.
+    Layout("gpt_neo", "transformer.h", "transformer.ln_f", _ports("attn", "mlp", "attention.out_proj", "c_proj"),
+           attention_call=False, attention_pattern=False),
+    # OPT's layer has no MLP module: fc1 → activation → fc2 are the layer's own children.
+    Layout("opt", "model.decoder.layers", "model.decoder.final_layer_norm",
+           _ports("self_attn", None, "out_proj", "fc2", mlp_input="fc1", mlp_output="fc2"),
+           d_mlp_fields=("ffn_dim",)),
+    # BLOOM's attention and MLP return residual + contribution: the contribution is the output of
+    # the projection before that add.
+    Layout("bloom", "transformer.h", "transformer.ln_f",
+           _ports("self_attention", "mlp", "dense", "dense_4h_to_h",
+                  attention_output="self_attention.dense", mlp_output="mlp.dense_4h_to_h"),
+           d_mlp_fields=(), attention_call=False),
+    Layout("falcon", "transformer.h", "transformer.ln_f",
+           _ports("self_attention", "mlp", "dense", "dense_4h_to_h"), d_mlp_fields=("ffn_hidden_size",)),
+)}
+
+
+# --- a layout a document names: the escape hatch for a family no table knows -------------------
+
+CUSTOM_KEYS = {
+    "layers": "the decoder layers' ModuleList, from the top-level model (\"model.layers\", \"transformer.h\")",
+    "ln_final": "the final norm, from the top-level model (\"model.norm\")",
+    "attention": "the attention module, inside a layer (\"self_attn\")",
+    "mlp": "the MLP module, inside a layer (\"mlp\")",
+    "attention_projection": "the attention's output projection, inside a layer; its input is "
+                            "attention_z (\"self_attn.o_proj\")",
+    "mlp_projection": "the MLP's down projection, inside a layer; its input is mlp_hidden (\"mlp.down_proj\")",
+}
+CUSTOM_OPTIONAL = ("attention_projection", "mlp_projection")
+
+
+def custom_layout(modules: Mapping[str, str], family: str) -> Layout:
+    """The layout a document's ``model.modules`` names (keys: ``CUSTOM_KEYS``; already validated).
+
+    A custom layout takes the MLP width from ``intermediate_size`` (else 4·d_model; the
+    loaded engine checks the projection's width against it) and applies no output
+    transform to a lens: a family that scales its logits needs a table entry.
+    """
+    attention, mlp = modules["attention"], modules["mlp"]
+    ports = {"attention_output": Port(attention, OUTPUT), "mlp_input": Port(mlp, INPUT),
+             "mlp_output": Port(mlp, OUTPUT)}
+    absent = {}
+    if modules.get("attention_projection"):
+        ports["attention_z"] = Port(modules["attention_projection"], INPUT)
+    else:
+        absent["attention_z"] = ("the document's model.modules names no attention_projection",
+                                 'add "attention_projection": "<attention>.<output projection>"')
+    if modules.get("mlp_projection"):
+        ports["mlp_hidden"] = Port(modules["mlp_projection"], INPUT)
+    else:
+        absent["mlp_hidden"] = ("the document's model.modules names no mlp_projection",
+                                'add "mlp_projection": "<mlp>.<down projection>"')
+    return Layout(family=f"{family} (model.modules)", layers=modules["layers"], ln_final=modules["ln_final"],
+                  ports=ports, absent=absent, attention_call=False, attention_pattern=False)
+
+
+def layout_for(model_type: str, modules: Optional[Mapping[str, str]] = None) -> Optional[Layout]:
+    """The family's layout: the document's own ``model.modules`` first, then the table; None if neither."""
+    if modules:
+        return custom_layout(modules, model_type)
+    return FAMILIES.get(model_type)
+
+
+def with_pattern(layout: Layout, available: bool) -> Layout:
+    return replace(layout, attention_pattern=available)
