@@ -39,6 +39,9 @@ class Port:
 
     module: str
     io: str  # INPUT or OUTPUT
+    # The family hands this module its tokens flattened to (rows·seq, width) (OPT's fc1/fc2):
+    # the engines see it as (rows, seq, width) and put it back flat.
+    flat: bool = False
 
     def spelling(self) -> str:
         return f"{self.module}.{self.io}"
@@ -103,16 +106,16 @@ class Layout:
 
 def _ports(attention: str, mlp: Optional[str], o_proj: str, down_proj: Optional[str], *,
            attention_output: Optional[str] = None, mlp_input: Optional[str] = None,
-           mlp_output: Optional[str] = None) -> dict[str, Port]:
+           mlp_output: Optional[str] = None, flat_mlp: bool = False) -> dict[str, Port]:
     """The five layered module components of a family, from its module names."""
     ports = {
         "attention_output": Port(attention_output or attention, OUTPUT),
         "attention_z": Port(f"{attention}.{o_proj}", INPUT),
-        "mlp_input": Port(mlp_input or mlp, INPUT),
-        "mlp_output": Port(mlp_output or mlp, OUTPUT),
+        "mlp_input": Port(mlp_input or mlp, INPUT, flat_mlp),
+        "mlp_output": Port(mlp_output or mlp, OUTPUT, flat_mlp),
     }
     if down_proj is not None:
-        ports["mlp_hidden"] = Port(down_proj if mlp is None else f"{mlp}.{down_proj}", INPUT)
+        ports["mlp_hidden"] = Port(down_proj if mlp is None else f"{mlp}.{down_proj}", INPUT, flat_mlp)
     return ports
 
 
@@ -145,9 +148,10 @@ FAMILIES: dict[str, Layout] = {layout.family: layout for layout in (
     _llama_like("granite", divide_field="logits_scaling"),
     Layout("starcoder2", "model.layers", "model.norm", _ports("self_attn", "mlp", "o_proj", "c_proj")),
     _moe("qwen2_moe"), _moe("qwen3_moe"), _moe("mixtral"), _moe("olmoe"),
-    # Gemma-3 4b/12b/27b: a multimodal model whose text half is a Gemma-3 text model.
+    # Gemma-3 4b/12b/27b: a multimodal model whose text half is a Gemma-3 text model. Its
+    # forward returns lm_head's output as it is: the final softcap is the text-only model's.
     Layout("gemma3", "model.language_model.layers", "model.language_model.norm", _LLAMA_PORTS,
-           multimodal=True, **_GEMMA_CAP),
+           multimodal=True),
     Layout("phi", "model.layers", "model.final_layernorm", _ports("self_attn", "mlp", "dense", "fc2")),
     # attention_pattern=False: nnterp 1.3.0's route to the pattern (module_attn_dropout_0 on GPT-2,
     # self__attn_0 on GPT-J) is not in transformers 5's attention source, and fails its own check.
@@ -161,9 +165,10 @@ FAMILIES: dict[str, Layout] = {layout.family: layout for layout in (
     # GPT-Neo's attention module wraps the self-attention that owns the projections.
     Layout("gpt_neo", "transformer.h", "transformer.ln_f", _ports("attn", "mlp", "attention.out_proj", "c_proj"),
            attention_call=False, attention_pattern=False),
-    # OPT's layer has no MLP module: fc1 → activation → fc2 are the layer's own children.
+    # OPT's layer has no MLP module: fc1 → activation → fc2 are the layer's own children, and
+    # the layer hands them its tokens flattened to (rows·seq, width).
     Layout("opt", "model.decoder.layers", "model.decoder.final_layer_norm",
-           _ports("self_attn", None, "out_proj", "fc2", mlp_input="fc1", mlp_output="fc2"),
+           _ports("self_attn", None, "out_proj", "fc2", mlp_input="fc1", mlp_output="fc2", flat_mlp=True),
            d_mlp_fields=("ffn_dim",)),
     # BLOOM's attention and MLP return residual + contribution: the contribution is the output of
     # the projection before that add.

@@ -54,11 +54,17 @@ class _Input:
     put = staticmethod(standardize.put_first_input)
 
 
-def _hook(module, io: str, root: bool, tap, forward, values, featurizers, project, step):
-    """Register one hook doing ``tap`` at ``module``'s ``io`` side; returns the handle. ``step[0]`` is
-    the decode step of the call the hook fires in (None when the forward does not decode)."""
+def _hook(module, where, tap, forward, values, featurizers, project, step):
+    """Register one hook doing ``tap`` at ``where`` (a module and its side); returns the handle.
+    ``step[0]`` is the decode step of the call the hook fires in (None when the forward does not decode)."""
+    io, root = where.io, where.path == standardize.ROOT
+    rows = len(forward.ids)
+
     def apply(act):
-        new = taps.run_tap(act, tap, forward, values, featurizers, project, step[0])
+        if where.flat:
+            new = taps.run_flat_tap(act, rows, tap, forward, values, featurizers, project, step[0])
+        else:
+            new = taps.run_tap(act, tap, forward, values, featurizers, project, step[0])
         return None if new is act else new
 
     if io == INPUT:
@@ -92,7 +98,7 @@ class HooksEngine(Engine):
         if found is None:
             found = self._where[key] = standardize.where(self.model, self._facts, address.component,
                                                          address.layer, address.spelling())
-        return self.model.get_submodule(found.path), found.io, found.path == standardize.ROOT
+        return self.model.get_submodule(found.path), found
 
     def _project(self, x):
         """A lens: final norm → head → the family's output transform. ``.forward``, not the module
@@ -182,9 +188,8 @@ class HooksEngine(Engine):
                     step[0] += 1
                 handles.append(self.model.register_forward_pre_hook(count))
             for tap in forward.taps:
-                module, io, root = self._module(tap.address)
-                handles.append(_hook(module, io, root, tap, forward, values, featurizers,
-                                     self._project, step))
+                module, where = self._module(tap.address)
+                handles.append(_hook(module, where, tap, forward, values, featurizers, self._project, step))
             if forward.decode:
                 # generate derives position ids from the mask itself, and needs its cache.
                 sequences = self.model.generate(

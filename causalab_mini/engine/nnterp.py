@@ -140,6 +140,7 @@ class _Point:
     # ... and only before that operation's call starts: the key of a point at the call's
     # inputs (q/k/v), before whose fetch this one's target must be reached.
     within: Optional[tuple] = None
+    flat: bool = False  # the module sees (rows·seq, width) (OPT's fc1/fc2): taps.run_flat_tap
 
     def target(self):
         """The envoy whose ``attr`` is read and written back; only inside a trace, in forward order."""
@@ -322,8 +323,8 @@ class NNterpEngine:
         if found.path == standardize.ROOT:
             return _Point(key, model, "output", _logits, _put_logits)
         if found.io == INPUT:
-            return _Point(key, self._envoy(found.path), "input", _itself, _replaced)
-        return _Point(key, self._envoy(found.path), "output", _first, _put_first)
+            return _Point(key, self._envoy(found.path), "input", _itself, _replaced, flat=found.flat)
+        return _Point(key, self._envoy(found.path), "output", _first, _put_first, flat=found.flat)
 
     def _envoy(self, dotted: str):
         """The envoy of the module at ``dotted`` (its own name: nnsight keeps those beside nnterp's)."""
@@ -369,7 +370,11 @@ def _apply_taps(groups, ahead, forward, values, featurizers, project, step) -> N
         value = getattr(target, first.attr)
         written = False
         for point, tap in group:
-            act = taps.run_tap(point.get(value), tap, forward, values, featurizers, project, step)
+            if point.flat:
+                act = taps.run_flat_tap(point.get(value), len(forward.ids), tap, forward, values,
+                                        featurizers, project, step)
+            else:
+                act = taps.run_tap(point.get(value), tap, forward, values, featurizers, project, step)
             if any(taps.fires(w.step, step) for w in tap.writes):
                 value, written = point.put(value, act), True
         if written:

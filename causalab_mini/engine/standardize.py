@@ -33,6 +33,7 @@ class Where:
 
     path: str
     io: str  # INPUT or OUTPUT
+    flat: bool = False  # the module sees (rows·seq, width): families.Port.flat
 
 
 def _module_path(model: nn.Module, module: Optional[nn.Module], what: str) -> str:
@@ -76,7 +77,7 @@ def where(model: nn.Module, facts: Any, component: str, layer: Optional[int], pa
                            "use another component")
     module = _find(layers[layer], port.module, component, layout.family, path)
     _check_width(module, component, facts, path)
-    return Where(f"{base}.{port.module}", port.io)
+    return Where(f"{base}.{port.module}", port.io, port.flat)
 
 
 _INTERIORS = frozenset({"attention_query", "attention_key", "attention_value", "attention_probs"})

@@ -106,6 +106,14 @@ def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: 
     return act
 
 
+def run_flat_tap(act: Tensor, rows: int, *args) -> Tensor:
+    """``run_tap`` at a module the family hands its tokens flattened, ``(rows·seq, width)``:
+    seen as ``(rows, seq, width)``, and what the tap returns put back flat."""
+    x = act.reshape(rows, -1, act.shape[-1])
+    new = run_tap(x, *args)
+    return act if new is x else new.reshape(act.shape)
+
+
 def finish_decode(forward: Forward, values: dict, sequences: Tensor) -> None:
     """After a decode: each stacked read as ``(rows, steps, width)``, and ``<model>.generated`` published.
 
