@@ -45,6 +45,7 @@ class Reference:
     mlp_output: str
     mlp_hidden: Optional[str]  # the down projection, whose input is the neurons; None: a sparse MoE block
     attention_z: str  # the output projection, whose input is the heads
+    mlp_input: str = "mlp"  # relative to a layer: the module whose input is the MLP's
     # what the causal LM does to lm_head's output, read off each ForCausalLM.forward by hand
     logits: Callable = lambda x, config: x
 
@@ -83,7 +84,7 @@ REFERENCE: dict[str, Reference] = {
                          "attn.attention.out_proj"),
     # OPT: fc1 -> activation -> fc2 are the layer's own children; fc2's output is the MLP's.
     "opt": Reference("model.decoder.layers", "model.decoder.final_layer_norm", "self_attn", "fc2", "fc2",
-                     "self_attn.out_proj"),
+                     "self_attn.out_proj", mlp_input="fc1"),
     # BLOOM's attention and MLP return residual + contribution: the contribution is the dense output.
     "bloom": Reference("transformer.h", "transformer.ln_f", "self_attention.dense", "mlp.dense_4h_to_h",
                        "mlp.dense_4h_to_h", "self_attention.dense"),
@@ -93,7 +94,10 @@ REFERENCE: dict[str, Reference] = {
 FAMILY_NAMES = tuple(families.FAMILIES)
 assert set(REFERENCE) == set(FAMILY_NAMES)
 
-EXPERIMENTS = ("residual", "attention_zero", "mlp_zero", "mlp_units", "heads", "lens")
+EXPERIMENTS = ("residual", "attention_zero", "mlp_zero", "mlp_units", "heads", "lens", "reads")
+# Every component a forward hook can reach, read at the last token (layer 1 where layered).
+READS = ("embeddings", "block_input", "attention_z", "attention_output", "mlp_input", "mlp_hidden",
+         "mlp_output", "block_output", "ln_final", "lm_head", "logits")
 
 
 # --- the document ------------------------------------------------------------------------------
@@ -129,12 +133,21 @@ def document(family: str, experiments=EXPERIMENTS) -> dict:
         "lens": {"reads": {"lens0": {"site": "resid0", "pos": -1, "input": "base", "view": "logits"},
                            "lens_last": {"site": "resid_last", "pos": -1, "input": "base", "view": "logits"},
                            "logits": {"site": "logits", "pos": -1, "input": "base"}}},
+        "reads": {"reads": {f"r_{c}": {"site": f"read_{c}", "pos": -1, "input": "base"} for c in READS
+                            if c in reads_for(family)}},
     }
+    for c in READS:
+        layered = c not in ("embeddings", "ln_final", "lm_head", "logits")
+        sites[f"read_{c}"] = {"component": c, **({"layers": [1]} if layered else {}),
+                              **({"units": UNITS} if c == "mlp_hidden" else {}),
+                              **({"heads": [HEAD]} if c == "attention_z" else {})}
     steps = {}
     for name in experiments:
         steps[name] = _observe(name)
         if name == "lens":
             steps[name]["outputs"] = {"lens.lens0": "lens0", "lens.lens_last": "lens_last", "lens.logits": "logits"}
+        if name == "reads":
+            steps[name]["outputs"] = {f"reads.{c}": f"r_{c}" for c in reads_for(family)}
     used = {s for n in experiments for r in interventions[n]["reads"].values() for s in [r["site"]]}
     used |= {w["site"] for n in experiments for w in interventions[n].get("writes", {}).values()}
     return {"header": {"description": f"the family matrix on {family}"},
@@ -144,8 +157,17 @@ def document(family: str, experiments=EXPERIMENTS) -> dict:
             "interventions": {n: interventions[n] for n in experiments}, "steps": steps}
 
 
+def reads_for(family: str) -> tuple[str, ...]:
+    return tuple(c for c in READS if not (c == "mlp_hidden" and _has_no_neurons(family)))
+
+
 def experiments_for(family: str) -> tuple[str, ...]:
-    return tuple(e for e in EXPERIMENTS if not (e == "mlp_units" and REFERENCE[family].mlp_hidden is None))
+    return tuple(e for e in EXPERIMENTS if not (e == "mlp_units" and _has_no_neurons(family)))
+
+
+def _has_no_neurons(family: str) -> bool:
+    """A sparse MoE block (a family not in REFERENCE is taken to be dense)."""
+    return family in REFERENCE and REFERENCE[family].mlp_hidden is None
 
 
 # --- the independent side: the raw model, one unpadded row at a time ------------------------------
@@ -226,6 +248,31 @@ class Hand:
             out.append(self.run(base, [(module, side, write)]))
         return torch.stack(out)
 
+    def reads(self, family: str) -> dict[str, torch.Tensor]:
+        """Every hookable component at the last token of each base row, captured by hand."""
+        ref, m = REFERENCE[family], self.model
+        projection = self.module(ref, 1, ref.attention_z)
+        head_dim = (getattr(projection, "in_features", None) or projection.nx) // families.HEADS
+        places = {"embeddings": (m.get_input_embeddings(), "post", None),
+                  "block_input": (m.get_submodule(f"{ref.layers}.1"), "pre", None),
+                  "attention_z": (projection, "pre", list(range(HEAD * head_dim, (HEAD + 1) * head_dim))),
+                  "attention_output": (self.module(ref, 1, ref.attention_output), "post", None),
+                  "mlp_input": (self.module(ref, 1, ref.mlp_input), "pre", None),
+                  "mlp_output": (self.module(ref, 1, ref.mlp_output), "post", None),
+                  "block_output": (m.get_submodule(f"{ref.layers}.1"), "post", None),
+                  "ln_final": (m.get_submodule(ref.norm), "post", None),
+                  "lm_head": (m.get_output_embeddings(), "post", None)}
+        if ref.mlp_hidden is not None:
+            places["mlp_hidden"] = (self.module(ref, 1, ref.mlp_hidden), "pre", UNITS)
+        got: dict[str, list] = {c: [] for c in reads_for(family)}
+        for base in self.base:
+            store: dict = {}
+            hooks = [(module, side, _keep(store, c)) for c, (module, side, _) in places.items()]
+            got["logits"].append(self.run(base, hooks))
+            for c, (_, _, cols) in places.items():
+                got[c].append(store[c] if cols is None else store[c][cols])
+        return {f"reads.{c}": torch.stack(v) for c, v in got.items()}
+
     def lens(self, ref: Reference, layer: int):
         out = []
         for base in self.base:
@@ -253,17 +300,14 @@ class Hand:
             head_dim = width // families.HEADS
             cols = list(range(HEAD * head_dim, (HEAD + 1) * head_dim))
             return {"heads.logits": self.patched(self.module(ref, 1, ref.attention_z), "pre", cols=cols)}
+        if experiment == "reads":
+            return self.reads(family)
         own = torch.stack([self.run(b) for b in self.base])
         return {"lens.lens0": self.lens(ref, 0), "lens.lens_last": self.lens(ref, families.LAYERS - 1),
                 "lens.logits": own}
 
 
 # --- fixtures: a checkpoint per family, each engine loaded once ---------------------------------
-
-@pytest.fixture(scope="session")
-def family_root(tmp_path_factory) -> Path:
-    return tmp_path_factory.mktemp("families")
-
 
 def _folder(root: Path, family: str) -> Path:
     return families.build(family, root / family)
@@ -278,7 +322,7 @@ def run_family(root: Path, family: str, engine: str):
     out = {}
     for step in plan.steps.values():
         for name, value in step.results.items():
-            if name.endswith(".logits") or name.startswith("lens."):
+            if name.endswith(".logits") or name.startswith(("lens.", "reads.")):
                 out[name] = value[:, 0]  # (rows, 1, vocab) at the last token
     return out
 
@@ -314,7 +358,7 @@ def test_every_experiment_moves_the_logits(family_root, family):
     runs = _runs(family_root, family)
     clean = runs["nnterp"]["lens.logits"]
     for experiment in experiments_for(family):
-        if experiment != "lens":
+        if experiment not in ("lens", "reads"):  # the two that only read
             moved = (runs["nnterp"][f"{experiment}.logits"] - clean).abs().max().item()
             assert moved > 1e-4, f"{family} {experiment} changed nothing ({moved})"
 

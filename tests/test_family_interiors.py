@@ -1,0 +1,252 @@
+"""The family matrix's interiors: attention_probs and q/k/v on the nnterp engine, every family.
+
+For each family in ``tests/families.py`` one document reads, at layer 1 on the base
+prompts (a left-padded batch), the attention pattern of heads 0 and 1 and the query,
+key and value of head 0 at the last token, and runs it on the nnterp engine (the hooks
+engine refuses interiors by design). Each value is held to 1e-5 against a computation
+written here, on the raw Hugging Face model, one unpadded row at a time:
+
+* attention_probs: the model loaded with ``attn_implementation="eager"`` and run with
+  ``output_attentions=True``; its last query's weights for those heads are the engine's
+  over that row's real keys (the last ones of the left-padded batch), and the engine's
+  weights at the row's padded keys are 0;
+* q / k / v: the model loaded with an attention function registered here through
+  transformers' own ``AttentionInterface``, which keeps the (query, key, value) layer 1's
+  attention hands it — (batch, heads, seq, head_dim), after projection, head reshape and
+  rotary — and then runs the family's own eager attention.
+
+Where the family's layout says the engine cannot reach a component (``attention_pattern``
+/ ``attention_call`` False in ``causalab_mini/engine/families.py``), the document naming
+it is refused at compile time, by name and family, with no weights loaded.
+
+Writes are not run here: a swap of attention_probs must line up key for key, and the
+weekday pairs do not pad to the same real lengths row by row (``test_attention_probs.py``
+covers writes on two families).
+"""
+from __future__ import annotations
+
+import importlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import families
+from test_families import DATA, FAMILY_NAMES, REFERENCE, _folder, _observe, document
+from causalab_mini import documents, runner
+from causalab_mini.engine.families import FAMILIES as LAYOUTS
+from causalab_mini.errors import CompileError
+
+pytestmark = pytest.mark.families
+
+ATOL = 1e-5
+LAYER = 1
+PROBS_HEADS = [0, 1]
+QKV_HEAD = 0
+QKV = ("attention_query", "attention_key", "attention_value")
+CAPTURE = "causalab_capture"  # the attention implementation registered below
+
+
+def _model_type(family: str) -> str:
+    return families._config(family).model_type
+
+
+def _layout(family: str):
+    return LAYOUTS[_model_type(family)]
+
+
+PATTERN = tuple(f for f in FAMILY_NAMES if _layout(f).attention_pattern)
+NO_PATTERN = tuple(f for f in FAMILY_NAMES if not _layout(f).attention_pattern)
+CALL = tuple(f for f in FAMILY_NAMES if _layout(f).attention_call)
+NO_CALL = tuple(f for f in FAMILY_NAMES if not _layout(f).attention_call)
+
+
+# --- the document: every read in one step -----------------------------------------------------
+
+def interiors(family: str, probs: bool, qkv: bool) -> dict:
+    """The family's document (the matrix's header, roles and model) reading the interiors it may."""
+    raw = document(family, ())
+    sites, reads = {}, {}
+    if probs:
+        sites["probs"] = {"component": "attention_probs", "layers": [LAYER], "heads": PROBS_HEADS}
+    if qkv:
+        sites.update({c: {"component": c, "layers": [LAYER], "heads": [QKV_HEAD]} for c in QKV})
+    for name in sites:
+        reads[name] = {"site": name, "pos": -1, "input": "base"}
+    step = _observe("interiors")
+    step["outputs"] = {f"interiors.{name}": name for name in reads}
+    raw.update(sites=sites, interventions={"interiors": {"reads": reads}}, steps={"interiors": step})
+    return raw
+
+
+def run_engine(root: Path, family: str) -> dict[str, torch.Tensor]:
+    """The family's interiors document on the nnterp engine: {site name: (rows, width) at the last token}."""
+    layout = _layout(family)
+    raw = interiors(family, layout.attention_pattern, layout.attention_call)
+    path = root / f"{family}.interiors.causalab.json"
+    loaded = runner.load_engine(raw, engine="nnterp", document=path, models=[root])
+    plan = runner.execute(raw, loaded, document=path, data=[DATA])
+    return {name.split(".", 1)[1]: value[:, 0] for step in plan.steps.values()
+            for name, value in step.results.items()}
+
+
+# --- the independent side: the raw model, one unpadded row at a time ---------------------------
+
+_CAUGHT: dict = {}  # the attention module to watch, and what its call was handed
+
+
+def _capture(module, query, key, value, attention_mask, **kwargs):
+    """An attention function: keeps the arguments layer 1's call is handed, runs the family's eager one."""
+    if module is _CAUGHT.get("module"):
+        _CAUGHT["qkv"] = (query.detach().clone(), key.detach().clone(), value.detach().clone())
+    eager = importlib.import_module(type(module).__module__).eager_attention_forward
+    return eager(module, query, key, value, attention_mask, **kwargs)
+
+
+def _register():
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+    AttentionInterface.register(CAPTURE, _capture)
+    # a custom implementation with no mask function of its own gets no mask at all: the eager one's
+    AttentionMaskInterface.register(CAPTURE, eager_mask)
+
+
+class Raw:
+    """The family's checkpoint loaded by transformers alone, and the base prompts unpadded."""
+
+    def __init__(self, folder: Path, family: str):
+        from transformers import AutoTokenizer
+
+        self.folder, self.family = folder, family
+        tok = AutoTokenizer.from_pretrained(folder)
+        rows = [json.loads(line) for line in (DATA / "weekdays" / "train.jsonl").read_text().splitlines()]
+        self.base = [tok(r["input"])["input_ids"] for r in rows]
+
+    def load(self, implementation: str):
+        from transformers import AutoModelForCausalLM
+
+        return AutoModelForCausalLM.from_pretrained(self.folder, attn_implementation=implementation).eval()
+
+    def patterns(self) -> list[torch.Tensor]:
+        """Each row's last-query weights at layer 1 for PROBS_HEADS: (heads, the row's own length)."""
+        model = self.load("eager")
+        out = []
+        for ids in self.base:
+            with torch.no_grad():
+                got = model(input_ids=torch.tensor([ids]), use_cache=False, output_attentions=True)
+            assert len(got.attentions) == families.LAYERS, f"{self.family}: {len(got.attentions)} attentions"
+            out.append(got.attentions[LAYER][0, PROBS_HEADS, -1, :])
+        return out
+
+    def qkv(self) -> dict[str, torch.Tensor]:
+        """Each row's last-token q, k and v of head QKV_HEAD as layer 1's attention function is handed them,
+        (rows, head_dim) each; and the same of head 1 (q, and k/v where there are two kv heads) under
+        ``other.*``, so a check can show the heads differ."""
+        _register()
+        model = self.load(CAPTURE)
+        assert model.config.get_text_config()._attn_implementation == CAPTURE
+        attention = REFERENCE[self.family].attention_z.rsplit(".", 1)[0]
+        _CAUGHT.clear()
+        _CAUGHT["module"] = model.get_submodule(f"{REFERENCE[self.family].layers}.{LAYER}.{attention}")
+        got: dict[str, list] = {}
+        try:
+            for ids in self.base:
+                _CAUGHT.pop("qkv", None)
+                with torch.no_grad():
+                    model(input_ids=torch.tensor([ids]), use_cache=False)
+                assert "qkv" in _CAUGHT, f"{self.family}: layer {LAYER}'s attention never called the interface"
+                for name, x in zip(QKV, _CAUGHT["qkv"]):
+                    assert x.dim() == 4 and x.shape[0] == 1 and x.shape[2] == len(ids), (name, x.shape)
+                    got.setdefault(name, []).append(x[0, QKV_HEAD, -1])
+                    if x.shape[1] > 1:
+                        got.setdefault(f"other.{name}", []).append(x[0, 1, -1])
+        finally:
+            _CAUGHT.clear()
+        return {name: torch.stack(v) for name, v in got.items()}
+
+
+# --- fixtures: a checkpoint per family, the engine run once ---------------------------------------
+
+_RUNS: dict = {}
+
+
+def _runs(root: Path, family: str) -> dict:
+    if family not in _RUNS:
+        folder = _folder(root, family)
+        _RUNS.clear()  # one family at a time
+        _RUNS[family] = {"nnterp": run_engine(root, family), "raw": Raw(folder, family)}
+    return _RUNS[family]
+
+
+def _refused(root: Path, family: str, probs: bool, qkv: bool) -> str:
+    """The compile-time refusal of the interiors document, with no weights loaded; its text."""
+    _folder(root, family)
+    raw = interiors(family, probs, qkv)
+    with pytest.raises(CompileError) as caught:
+        documents.compile_plan(raw, document=root / "d.causalab.json", models=[root], data=[DATA])
+    return str(caught.value)
+
+
+# --- attention_probs ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", PATTERN)
+def test_attention_probs_equal_eager_output_attentions(family_root, family):
+    runs = _runs(family_root, family)
+    got, want = runs["nnterp"]["probs"], runs["raw"].patterns()
+    rows, heads = len(want), len(PROBS_HEADS)
+    keys = max(len(ids) for ids in runs["raw"].base)  # the padded batch's width
+    assert got.shape == (rows, heads * keys), got.shape
+    lengths = [w.shape[-1] for w in want]
+    assert lengths == [len(ids) for ids in runs["raw"].base]
+    assert min(lengths) < keys, "the batch must be padded for the padded keys to mean anything"
+    for row, (pattern, length) in enumerate(zip(want, lengths)):
+        mine = got[row].view(heads, keys)  # heads-major: head h is columns h·keys …
+        torch.testing.assert_close(mine[:, keys - length:], pattern, rtol=0, atol=ATOL,
+                                   msg=lambda m: f"{family} row {row}: {m}")
+        assert torch.equal(mine[:, :keys - length], torch.zeros(heads, keys - length)), \
+            f"{family} row {row}: weight at a padded key"
+        # the check can tell the heads apart, and the pattern is a distribution over the row's keys
+        assert (pattern[0] - pattern[1]).abs().max() > 10 * ATOL, f"{family} row {row}: heads 0 and 1 agree"
+        torch.testing.assert_close(mine.sum(-1), torch.ones(heads), rtol=0, atol=ATOL)
+
+
+@pytest.mark.parametrize("family", NO_PATTERN)
+def test_attention_probs_refused_at_compile_time(family_root, family):
+    text = _refused(family_root, family, probs=True, qkv=False)
+    assert text.startswith("sites.probs.component:"), text
+    assert "attention_probs" in text and _model_type(family) in text, text
+
+
+# --- q / k / v -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", CALL)
+def test_qkv_equal_the_attention_calls_arguments(family_root, family):
+    runs = _runs(family_root, family)
+    got, want = runs["nnterp"], runs["raw"].qkv()
+    for name in QKV:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=ATOL,
+                                   msg=lambda m: f"{family} {name}: {m}")
+    # the check can tell q from k from v, and head 0 from head 1
+    assert (want["attention_query"] - want["attention_key"]).abs().max() > 10 * ATOL
+    assert (want["attention_key"] - want["attention_value"]).abs().max() > 10 * ATOL
+    for name in QKV:
+        if f"other.{name}" in want:
+            assert (want[name] - want[f"other.{name}"]).abs().max() > 10 * ATOL, f"{family} {name}"
+
+
+@pytest.mark.parametrize("family", NO_CALL)
+@pytest.mark.parametrize("component", QKV)
+def test_qkv_refused_at_compile_time(family_root, family, component):
+    _folder(family_root, family)
+    raw = interiors(family, probs=False, qkv=True)
+    raw["sites"] = {component: raw["sites"][component]}
+    raw["interventions"]["interiors"]["reads"] = {component: raw["interventions"]["interiors"]["reads"][component]}
+    raw["steps"]["interiors"]["outputs"] = {f"interiors.{component}": component}
+    with pytest.raises(CompileError) as caught:
+        documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
+    text = str(caught.value)
+    assert text.startswith(f"sites.{component}.component:"), text
+    assert component in text and _model_type(family) in text, text
+
