@@ -333,7 +333,7 @@ _RUNS: dict = {}
 def _runs(root: Path, family: str):
     if family not in _RUNS:
         _folder(root, family)
-        _RUNS.clear()  # one family's models at a time: the matrix stays small in memory
+        # Kept for the session: logits of a few rows, and a tiny reference model, per family.
         _RUNS[family] = {engine: run_family(root, family, engine) for engine in ("nnterp", "hooks")}
         _RUNS[family]["hand"] = Hand(root / family)
     return _RUNS[family]

@@ -175,7 +175,7 @@ _RUNS: dict = {}
 def _runs(root: Path, family: str) -> dict:
     if family not in _RUNS:
         folder = _folder(root, family)
-        _RUNS.clear()  # one family at a time
+        # only the engine's tensors are kept (the engine is dropped): each family is loaded once
         _RUNS[family] = {"nnterp": run_engine(root, family), "raw": Raw(folder, family)}
     return _RUNS[family]
 

@@ -206,3 +206,18 @@ def test_the_cli_prints_no_library_noise(family_root, tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stderr == "", done.stderr
     assert all((tmp_path / f"{f}-{e}" / "run.json").is_file() for f in NOISY for e in ("nnterp", "hooks"))
+
+
+def test_the_readme_family_table_is_the_generated_one():
+    """README.md's family table is scripts/family_table.py's output, never typed by hand."""
+    import importlib.util
+
+    from test_families import REPO
+
+    spec = importlib.util.spec_from_file_location("family_table", REPO / "scripts" / "family_table.py")
+    table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(table)
+    generated = table.render()
+    assert table.readme_table((REPO / "README.md").read_text(encoding="utf-8")) == generated, \
+        "README.md's family table is stale: run python scripts/family_table.py --write"
+    assert generated.count("\n| ") == len(FAMILY_NAMES) + 1  # a header row and one row per family

@@ -27,7 +27,7 @@ number, silently.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 INPUT, OUTPUT = "input", "output"
@@ -99,6 +99,13 @@ class Layout:
 
         return OutputTransform(multiply=number(self.multiply_field), divide=number(self.divide_field),
                                softcap=number(self.softcap_field) or None)
+
+    def transform_spelling(self) -> str:
+        """The output transform by the config fields it reads: ``* logit_scale``, ``softcap final_logit_softcapping``."""
+        parts = [f"* {self.multiply_field}" if self.multiply_field else "",
+                 f"/ {self.divide_field}" if self.divide_field else "",
+                 f"softcap {self.softcap_field}" if self.softcap_field else ""]
+        return ", ".join(p for p in parts if p) or "none"
 
     def port(self, component: str) -> Optional[Port]:
         return self.ports.get(component)
@@ -183,20 +190,8 @@ FAMILIES: dict[str, Layout] = {layout.family: layout for layout in (
 
 # --- a layout a document names: the escape hatch for a family no table knows -------------------
 
-CUSTOM_KEYS = {
-    "layers": "the decoder layers' ModuleList, from the top-level model (\"model.layers\", \"transformer.h\")",
-    "ln_final": "the final norm, from the top-level model (\"model.norm\")",
-    "attention": "the attention module, inside a layer (\"self_attn\")",
-    "mlp": "the MLP module, inside a layer (\"mlp\")",
-    "attention_projection": "the attention's output projection, inside a layer; its input is "
-                            "attention_z (\"self_attn.o_proj\")",
-    "mlp_projection": "the MLP's down projection, inside a layer; its input is mlp_hidden (\"mlp.down_proj\")",
-}
-CUSTOM_OPTIONAL = ("attention_projection", "mlp_projection")
-
-
 def custom_layout(modules: Mapping[str, str], family: str) -> Layout:
-    """The layout a document's ``model.modules`` names (keys: ``CUSTOM_KEYS``; already validated).
+    """The layout a document's ``model.modules`` names (``plan.spec.Modules``, already validated).
 
     A custom layout takes the MLP width from ``intermediate_size`` (else 4·d_model; the
     loaded engine checks the projection's width against it) and applies no output
@@ -225,7 +220,3 @@ def layout_for(model_type: str, modules: Optional[Mapping[str, str]] = None) -> 
     if modules:
         return custom_layout(modules, model_type)
     return FAMILIES.get(model_type)
-
-
-def with_pattern(layout: Layout, available: bool) -> Layout:
-    return replace(layout, attention_pattern=available)

@@ -6,27 +6,25 @@ the engine only finds the activation — ``(rows, seq, width)`` — at an addres
 and puts back what ``taps.run_tap`` returns; what a tap means is shared with the
 hooks engine.
 
-Where an address is, in nnterp's names:
+Where an address is: the envoy at the module path the family's layout gives
+(``families.py`` through ``standardize.where``, the same rule the hooks engine hooks
+by), its input or output — element 0 of a tuple. nnsight keeps every module's own
+name beside nnterp's aliases, so one path serves both engines. nnterp is handed a
+``RenameConfig`` from the same layout (its defaults miss Phi's ``final_layernorm`` and a
+multimodal model's text layers), and an image-text model (Gemma-3 4b+) is loaded here
+and handed over as a module, since nnsight's ``LanguageModel`` will not load it by name.
+Beyond the module components:
 
-    embeddings        embed_tokens.output
-    block_input       layers_input[l]           (layers[l].input)
-    block_output      layers_output[l]          (layers[l].output, element 0 of a tuple)
-    attention_output  attentions_output[l]      (element 0: the attention returns a tuple)
-    mlp_input         mlps_input[l]
-    mlp_output        mlps_output[l]
-    attention_z       the input of the attention's output projection (o_proj; GPT-2 c_proj)
-    mlp_hidden        the input of the MLP's down projection (down_proj; GPT-2 c_proj)
     attention_query   ┐ the q / k / v arguments of the attention's ``attention_interface(``
     attention_key     ├ call: after the projection, the head reshape and the rotary embedding,
-    attention_value   ┘ shown as (rows, seq, heads·head_dim)
-    ln_final          ln_final.output
-    lm_head           lm_head.output
-    logits            the model's output ``.logits`` (after Gemma-2's final softcap; last)
+    attention_value   ┘ shown as (rows, seq, heads·head_dim); refused where a family has no such call
+    logits            the model's output ``.logits`` (after its output transform; last)
     attention_probs   nnterp's ``attention_probabilities[l]`` (the pattern after softmax and dropout,
                       what multiplies v), shown as (rows, queries, heads·keys), heads-major. It
                       needs eager attention, chosen at load: ``load(..., attention_probs=True)``
                       (the runner asks for it when a document names the component); an engine
-                      loaded without it refuses the component at compile time. GPT-2: refused.
+                      loaded without it refuses the component at compile time, and so does a
+                      family whose pattern nnterp 1.3.0 cannot reach (GPT-2, GPT-J, GPT-Neo).
 
 nnsight 0.7.0 facts this module is built on (see tests/test_nnterp_engine.py):
 
