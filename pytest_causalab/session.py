@@ -3,7 +3,8 @@
 Everything heavy happens here, lazily, at run time: collection never calls into
 this module's caches, so ``pytest --collect-only`` imports no torch. A model is
 loaded once per (resolved model, revision, dtype, engine, device map) — plus
-whether attention probabilities were asked for, which changes how it loads. A
+whether attention probabilities were asked for, which changes how it loads, and
+the module names a document gives (``model.modules``), which change what it taps. A
 document is compiled once per engine; a point runs once per engine; a failure
 at any of those stages is cached too, so every item that needs it reports the
 same refusal without trying again.
@@ -172,8 +173,10 @@ class Session:
 
         ref = doc.points[0].spec.model
         resolved = loading.resolve(ref.key, ref.revision, document=doc.path, roots=list(self.settings.models))
+        # The module names a document gives (model.modules) decide which modules the engine taps.
+        modules = tuple(sorted(ref.modules.model_dump().items())) if ref.modules else None
         return (resolved.source, resolved.revision, ref.dtype, engine, self.settings.device_map,
-                uses_attention_probs(doc.points))
+                uses_attention_probs(doc.points), modules)
 
     def engine(self, doc: Document, engine: str):
         key = self.model_key(doc, engine)

@@ -26,6 +26,7 @@ covers writes on two families).
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 from pathlib import Path
 
@@ -64,26 +65,28 @@ NO_CALL = tuple(f for f in FAMILY_NAMES if not _layout(f).attention_call)
 
 # --- the document: every read in one step -----------------------------------------------------
 
-def interiors(family: str, probs: bool, qkv: bool) -> dict:
-    """The family's document (the matrix's header, roles and model) reading the interiors it may."""
+def interiors(family: str, components: tuple[str, ...]) -> dict:
+    """The family's document (the matrix's header, roles and model) reading ``components`` at layer 1,
+    the last token of the base prompts, in one step; each site and output is named by its component."""
     raw = document(family, ())
-    sites, reads = {}, {}
-    if probs:
-        sites["probs"] = {"component": "attention_probs", "layers": [LAYER], "heads": PROBS_HEADS}
-    if qkv:
-        sites.update({c: {"component": c, "layers": [LAYER], "heads": [QKV_HEAD]} for c in QKV})
-    for name in sites:
-        reads[name] = {"site": name, "pos": -1, "input": "base"}
+    heads = {c: PROBS_HEADS if c == "attention_probs" else [QKV_HEAD] for c in components}
+    sites = {c: {"component": c, "layers": [LAYER], "heads": heads[c]} for c in components}
+    reads = {c: {"site": c, "pos": -1, "input": "base"} for c in components}
     step = _observe("interiors")
-    step["outputs"] = {f"interiors.{name}": name for name in reads}
+    step["outputs"] = {f"interiors.{c}": c for c in components}
     raw.update(sites=sites, interventions={"interiors": {"reads": reads}}, steps={"interiors": step})
     return raw
 
 
-def run_engine(root: Path, family: str) -> dict[str, torch.Tensor]:
-    """The family's interiors document on the nnterp engine: {site name: (rows, width) at the last token}."""
+def reachable(family: str) -> tuple[str, ...]:
+    """The interiors the family's layout lets the nnterp engine reach."""
     layout = _layout(family)
-    raw = interiors(family, layout.attention_pattern, layout.attention_call)
+    return (("attention_probs",) if layout.attention_pattern else ()) + (QKV if layout.attention_call else ())
+
+
+def run_engine(root: Path, family: str) -> dict[str, torch.Tensor]:
+    """The family's reachable interiors on the nnterp engine: {component: (rows, width) at the last token}."""
+    raw = interiors(family, reachable(family))
     path = root / f"{family}.interiors.causalab.json"
     loaded = runner.load_engine(raw, engine="nnterp", document=path, models=[root])
     plan = runner.execute(raw, loaded, document=path, data=[DATA])
@@ -180,13 +183,16 @@ def _runs(root: Path, family: str) -> dict:
     return _RUNS[family]
 
 
-def _refused(root: Path, family: str, probs: bool, qkv: bool) -> str:
-    """The compile-time refusal of the interiors document, with no weights loaded; its text."""
+def refusal(root: Path, family: str, component: str) -> str:
+    """The compile-time refusal of a document reading ``component``, with no weights loaded; its text."""
     _folder(root, family)
-    raw = interiors(family, probs, qkv)
+    raw = interiors(family, (component,))
     with pytest.raises(CompileError) as caught:
         documents.compile_plan(raw, document=root / "d.causalab.json", models=[root], data=[DATA])
-    return str(caught.value)
+    text = str(caught.value)
+    assert text.startswith(f"sites.{component}.component:"), text
+    assert component in text and _model_type(family) in text, text
+    return text
 
 
 # --- attention_probs ---------------------------------------------------------------------------
@@ -194,7 +200,7 @@ def _refused(root: Path, family: str, probs: bool, qkv: bool) -> str:
 @pytest.mark.parametrize("family", PATTERN)
 def test_attention_probs_equal_eager_output_attentions(family_root, family):
     runs = _runs(family_root, family)
-    got, want = runs["nnterp"]["probs"], runs["raw"].patterns()
+    got, want = runs["nnterp"]["attention_probs"], runs["raw"].patterns()
     rows, heads = len(want), len(PROBS_HEADS)
     keys = max(len(ids) for ids in runs["raw"].base)  # the padded batch's width
     assert got.shape == (rows, heads * keys), got.shape
@@ -214,9 +220,7 @@ def test_attention_probs_equal_eager_output_attentions(family_root, family):
 
 @pytest.mark.parametrize("family", NO_PATTERN)
 def test_attention_probs_refused_at_compile_time(family_root, family):
-    text = _refused(family_root, family, probs=True, qkv=False)
-    assert text.startswith("sites.probs.component:"), text
-    assert "attention_probs" in text and _model_type(family) in text, text
+    assert "attention_z" in refusal(family_root, family, "attention_probs")  # what to use instead
 
 
 # --- q / k / v -----------------------------------------------------------------------------------
@@ -239,14 +243,16 @@ def test_qkv_equal_the_attention_calls_arguments(family_root, family):
 @pytest.mark.parametrize("family", NO_CALL)
 @pytest.mark.parametrize("component", QKV)
 def test_qkv_refused_at_compile_time(family_root, family, component):
-    _folder(family_root, family)
-    raw = interiors(family, probs=False, qkv=True)
-    raw["sites"] = {component: raw["sites"][component]}
-    raw["interventions"]["interiors"]["reads"] = {component: raw["interventions"]["interiors"]["reads"][component]}
-    raw["steps"]["interiors"]["outputs"] = {f"interiors.{component}": component}
-    with pytest.raises(CompileError) as caught:
-        documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
-    text = str(caught.value)
-    assert text.startswith(f"sites.{component}.component:"), text
-    assert component in text and _model_type(family) in text, text
+    assert "attention_z" in refusal(family_root, family, component)  # what to use instead
+    # and the refusal is the family's code, not a guess: its attention computes q, k and v in its
+    # own forward, with no attention function call whose arguments they would be
+    from transformers import AutoModelForCausalLM
 
+    model = AutoModelForCausalLM.from_pretrained(family_root / family)
+    attention = REFERENCE[family].attention_z.rsplit(".", 1)[0]
+    forward = inspect.getsource(type(model.get_submodule(f"{REFERENCE[family].layers}.{LAYER}.{attention}")).forward)
+    assert "query" in forward and "attention_interface(" not in forward, f"{family}: {attention} has the call"
+
+
+def teardown_module(module):
+    _RUNS.clear()

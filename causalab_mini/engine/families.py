@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
 INPUT, OUTPUT = "input", "output"
+ATTENTION = "attention"  # the port of the attention module, whose forward holds the interiors
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ class Layout:
     family: str  # config.model_type, or "custom" for a layout a document names
     layers: str  # the ModuleList of decoder layers, from the causal LM
     ln_final: str  # the final norm, from the causal LM
-    ports: Mapping[str, Port]  # layered component -> its module port, relative to a layer
+    ports: Mapping[str, Port]  # layered component (and ATTENTION) -> its module port, relative to a layer
     d_mlp_fields: tuple[str, ...] = ("intermediate_size",)  # first config field set; else 4·d_model
     multiply_field: Optional[str] = None
     divide_field: Optional[str] = None
@@ -116,6 +117,8 @@ def _ports(attention: str, mlp: Optional[str], o_proj: str, down_proj: Optional[
            mlp_output: Optional[str] = None, flat_mlp: bool = False) -> dict[str, Port]:
     """The five layered module components of a family, from its module names."""
     ports = {
+        # The attention module itself: the interiors (q/k/v, the pattern) are inside its forward.
+        ATTENTION: Port(attention, OUTPUT),
         "attention_output": Port(attention_output or attention, OUTPUT),
         "attention_z": Port(f"{attention}.{o_proj}", INPUT),
         "mlp_input": Port(mlp_input or mlp, INPUT, flat_mlp),
@@ -198,7 +201,8 @@ def custom_layout(modules: Mapping[str, str], family: str) -> Layout:
     transform to a lens: a family that scales its logits needs a table entry.
     """
     attention, mlp = modules["attention"], modules["mlp"]
-    ports = {"attention_output": Port(attention, OUTPUT), "mlp_input": Port(mlp, INPUT),
+    ports = {ATTENTION: Port(attention, OUTPUT), "attention_output": Port(attention, OUTPUT),
+             "mlp_input": Port(mlp, INPUT),
              "mlp_output": Port(mlp, OUTPUT)}
     absent = {}
     if modules.get("attention_projection"):

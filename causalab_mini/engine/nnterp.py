@@ -315,10 +315,8 @@ class NNterpEngine:
             return _Point(("attention_call", layer), call, "inputs", *_heads(QKV_ARGUMENT[component]))
         if component == "attention_probs":
             # nnterp's own route to the pattern (checked by nnterp at load): an operation inside
-            # the attention function's source, which nnsight resolves only inside a trace. The
-            # route starts at nnterp's own attention module (``layers[l].self_attn``), the one its
-            # check ran on — not at the attention_output port, which on BLOOM is the projection.
-            return _Point(key, model.attentions[layer], "output", _pattern, _put_pattern,
+            # the attention function's source, which nnsight resolves only inside a trace.
+            return _Point(key, self._envoy(found.path), "output", _pattern, _put_pattern,
                           inner=model.attention_probabilities.source_attr, within=("attention_call", layer))
         if found.path == standardize.ROOT:
             return _Point(key, model, "output", _logits, _put_logits)

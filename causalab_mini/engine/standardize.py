@@ -22,7 +22,7 @@ from typing import Any, Optional
 from torch import nn
 
 from ..errors import CompileError, ModelError
-from .families import INPUT, OUTPUT
+from .families import ATTENTION, INPUT, OUTPUT
 
 ROOT = ""  # the path of the top-level model: its output's ``logits`` is the ``logits`` component
 
@@ -70,7 +70,9 @@ def where(model: nn.Module, facts: Any, component: str, layer: Optional[int], pa
     if component in ("block_input", "block_output"):
         return Where(base, INPUT if component == "block_input" else OUTPUT)
     if component in _INTERIORS:  # inside the attention forward: the nnterp engine reaches it there
-        return Where(f"{base}.{layout.ports['attention_output'].module}", OUTPUT)
+        attention = layout.ports[ATTENTION].module
+        _find(layers[layer], attention, component, layout.family, path)
+        return Where(f"{base}.{attention}", OUTPUT)
     port = layout.port(component)
     if port is None:
         raise CompileError(f"{path}.component", f"{layout.family}'s layout does not place {component}",
