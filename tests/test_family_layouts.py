@@ -221,3 +221,15 @@ def test_the_readme_family_table_is_the_generated_one():
     assert table.readme_table((REPO / "README.md").read_text(encoding="utf-8")) == generated, \
         "README.md's family table is stale: run python scripts/family_table.py --write"
     assert generated.count("\n| ") == len(FAMILY_NAMES) + 1  # a header row and one row per family
+
+
+def test_model_modules_enter_produced_by_only_when_named():
+    """Naming modules changes the experiment's digest; a document that names none keeps the digest
+    it had before the field existed (so committed baselines stay valid)."""
+    raw = document(UNKNOWN, ("residual",))
+    plain = documents.points(raw)[0].spec
+    assert "modules" not in plain.canonical()["model"]
+    raw["model"]["modules"] = ARCEE_MODULES
+    named = documents.points(raw)[0].spec
+    assert named.canonical()["model"]["modules"] == {**ARCEE_MODULES}
+    assert named.produced_by != plain.produced_by

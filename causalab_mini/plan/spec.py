@@ -415,8 +415,15 @@ class Spec(_Strict):
         return self
 
     def canonical(self) -> dict:
-        """The experiment without its header, every default written out: what ``produced_by`` digests."""
-        return self.model_dump(mode="json", exclude={"header"})
+        """The experiment without its header, every default written out: what ``produced_by`` digests.
+
+        ``model.modules`` is left out when the document names none: a field added to the
+        schema later does not change what an experiment that never used it is.
+        """
+        out = self.model_dump(mode="json", exclude={"header"})
+        if out["model"].get("modules") is None:
+            out["model"].pop("modules", None)
+        return out
 
     @property
     def produced_by(self) -> str:
