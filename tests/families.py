@@ -73,6 +73,19 @@ FAMILIES: dict[str, tuple[str, dict]] = {
     "granite": ("GraniteConfig", {**_LLAMA_LIKE, "logits_scaling": 4.0, "residual_multiplier": 0.5,
                                   "embedding_multiplier": 2.0, "attention_multiplier": 0.3}),
 }
+# Checkpoints whose config changes the family's structure: OPT-350m (narrow embeddings, no final
+# norm), Falcon-40B/180B (new decoder architecture), Falcon-RW (ALiBi, serial attention), a serial
+# GPT-NeoX, and BLOOM's slow-but-exact tensor-parallel path.
+VARIANTS: dict[str, tuple[str, dict]] = {
+    "opt_350m": ("OPTConfig", {**FAMILIES["opt"][1], "word_embed_proj_dim": 16, "do_layer_norm_before": False}),
+    "falcon_new_decoder": ("FalconConfig", {**FAMILIES["falcon"][1], "new_decoder_architecture": True,
+                                            "num_kv_heads": 2}),
+    "falcon_alibi": ("FalconConfig", {**FAMILIES["falcon"][1], "alibi": True, "parallel_attn": False,
+                                      "multi_query": False}),
+    "gpt_neox_serial": ("GPTNeoXConfig", {**FAMILIES["gpt_neox"][1], "use_parallel_residual": False}),
+    "bloom_slow_but_exact": ("BloomConfig", {**FAMILIES["bloom"][1], "slow_but_exact": True, "pretraining_tp": 2}),
+}
+FAMILIES.update(VARIANTS)
 
 
 def _config(family: str):

@@ -14,6 +14,7 @@ writes the README's family table from the same runs.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,8 @@ class Reference:
     mlp_hidden: Optional[str]  # the down projection, whose input is the neurons; None: a sparse MoE block
     attention_z: str  # the output projection, whose input is the heads
     mlp_input: str = "mlp"  # relative to a layer: the module whose input is the MLP's
+    # components this checkpoint does not have, read off its code: each must be refused by name
+    absent: tuple[str, ...] = ()
     # what the causal LM does to lm_head's output, read off each ForCausalLM.forward by hand
     logits: Callable = lambda x, config: x
 
@@ -91,6 +94,13 @@ REFERENCE: dict[str, Reference] = {
     "falcon": Reference("transformer.h", "transformer.ln_f", "self_attention", "mlp", "mlp.dense_4h_to_h",
                         "self_attention.dense"),
 }
+# OPT-350m: embeddings 16 wide widened by project_in; no final norm (so no lens either).
+REFERENCE["opt_350m"] = dataclasses.replace(REFERENCE["opt"], absent=("embeddings", "ln_final"))
+REFERENCE["falcon_new_decoder"] = REFERENCE["falcon_alibi"] = REFERENCE["falcon"]
+REFERENCE["gpt_neox_serial"] = REFERENCE["gpt_neox"]
+# slow_but_exact: the dense projections' weights are multiplied slice by slice, the modules never called.
+REFERENCE["bloom_slow_but_exact"] = dataclasses.replace(
+    REFERENCE["bloom"], absent=("attention_output", "attention_z", "mlp_output", "mlp_hidden"))
 FAMILY_NAMES = tuple(families.FAMILIES)
 assert set(REFERENCE) == set(FAMILY_NAMES)
 
@@ -157,17 +167,24 @@ def document(family: str, experiments=EXPERIMENTS) -> dict:
             "interventions": {n: interventions[n] for n in experiments}, "steps": steps}
 
 
+NEEDS = {"residual": "block_output", "attention_zero": "attention_output", "mlp_zero": "mlp_output",
+         "mlp_units": "mlp_hidden", "heads": "attention_z", "lens": "ln_final"}
+
+
+def absent(family: str) -> frozenset:
+    """The components a checkpoint does not have (a family not in REFERENCE is taken to have all)."""
+    ref = REFERENCE.get(family)
+    if ref is None:
+        return frozenset()
+    return frozenset(ref.absent) | ({"mlp_hidden"} if ref.mlp_hidden is None else set())
+
+
 def reads_for(family: str) -> tuple[str, ...]:
-    return tuple(c for c in READS if not (c == "mlp_hidden" and _has_no_neurons(family)))
+    return tuple(c for c in READS if c not in absent(family))
 
 
 def experiments_for(family: str) -> tuple[str, ...]:
-    return tuple(e for e in EXPERIMENTS if not (e == "mlp_units" and _has_no_neurons(family)))
-
-
-def _has_no_neurons(family: str) -> bool:
-    """A sparse MoE block (a family not in REFERENCE is taken to be dense)."""
-    return family in REFERENCE and REFERENCE[family].mlp_hidden is None
+    return tuple(e for e in EXPERIMENTS if NEEDS.get(e) not in absent(family))
 
 
 # --- the independent side: the raw model, one unpadded row at a time ------------------------------
@@ -260,10 +277,12 @@ class Hand:
                   "mlp_input": (self.module(ref, 1, ref.mlp_input), "pre", None),
                   "mlp_output": (self.module(ref, 1, ref.mlp_output), "post", None),
                   "block_output": (m.get_submodule(f"{ref.layers}.1"), "post", None),
-                  "ln_final": (m.get_submodule(ref.norm), "post", None),
                   "lm_head": (m.get_output_embeddings(), "post", None)}
+        if "ln_final" not in absent(family):
+            places["ln_final"] = (m.get_submodule(ref.norm), "post", None)
         if ref.mlp_hidden is not None:
             places["mlp_hidden"] = (self.module(ref, 1, ref.mlp_hidden), "pre", UNITS)
+        places = {c: place for c, place in places.items() if c not in absent(family)}
         got: dict[str, list] = {c: [] for c in reads_for(family)}
         for base in self.base:
             store: dict = {}
@@ -356,14 +375,14 @@ def test_both_engines_equal_hand_hooks(family_root, family):
 def test_every_experiment_moves_the_logits(family_root, family):
     """A check that cannot fail proves nothing: each write must change the model's answer logits."""
     runs = _runs(family_root, family)
-    clean = runs["nnterp"]["lens.logits"]
+    clean = runs["nnterp"]["reads.logits"]
     for experiment in experiments_for(family):
         if experiment not in ("lens", "reads"):  # the two that only read
             moved = (runs["nnterp"][f"{experiment}.logits"] - clean).abs().max().item()
             assert moved > 1e-4, f"{family} {experiment} changed nothing ({moved})"
 
 
-@pytest.mark.parametrize("family", FAMILY_NAMES)
+@pytest.mark.parametrize("family", [f for f in FAMILY_NAMES if "lens" in experiments_for(f)])
 def test_the_lens_at_the_last_layer_is_the_models_logits(family_root, family):
     runs = _runs(family_root, family)
     for engine in ("nnterp", "hooks"):
@@ -371,15 +390,33 @@ def test_the_lens_at_the_last_layer_is_the_models_logits(family_root, family):
                                    rtol=0, atol=ATOL)
 
 
-MOE = tuple(f for f in FAMILY_NAMES if REFERENCE[f].mlp_hidden is None)
-
-
-@pytest.mark.parametrize("family", MOE)
-def test_moe_mlp_hidden_is_refused_at_compile_time(family_root, family):
+@pytest.mark.parametrize("family", [f for f in FAMILY_NAMES if absent(f)])
+def test_a_component_a_checkpoint_lacks_is_refused_at_compile_time(family_root, family):
+    """Each absent component (a sparse MoE block's neurons, OPT-350m's final norm, ...) is a typed
+    refusal at compile time, with no weights, naming the component and the family, and saying
+    what to read instead."""
     _folder(family_root, family)
-    raw = document(family, ("mlp_units",))
-    with pytest.raises(CompileError) as caught:
-        documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
-    text = str(caught.value)
-    assert text.startswith("sites.units1.component:") and family in text
-    assert "mlp_hidden" in text and "mlp_input, mlp_output" in text
+    model_type = families._config(family).model_type
+    for component in sorted(absent(family)):
+        raw = document(family, ("reads",))
+        raw["sites"] = {"s": {"component": component, **({"layers": [1]} if component not in
+                                                          ("embeddings", "ln_final") else {})}}
+        raw["interventions"]["reads"]["reads"] = {"r": {"site": "s", "pos": -1, "input": "base"}}
+        raw["steps"]["reads"]["outputs"] = {"out": "r"}
+        with pytest.raises(CompileError) as caught:
+            documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root],
+                                   data=[DATA])
+        text = str(caught.value)
+        assert text.startswith("sites.s.component:") and component in text and model_type in text, text
+        assert "instead" in text, text
+    if "ln_final" in absent(family):  # and a lens, which goes through the final norm
+        with pytest.raises(CompileError, match="lens"):
+            documents.compile_plan(_with_lens(document(family, ("residual",))), document=family_root / "d.causalab.json",
+                                   models=[family_root], data=[DATA])
+
+
+def _with_lens(raw: dict) -> dict:
+    raw["sites"]["resid0"] = {"component": "block_output", "layers": [0]}
+    raw["interventions"]["residual"]["reads"]["lens"] = {"site": "resid0", "pos": -1, "input": "base",
+                                                         "view": "logits"}
+    return raw

@@ -22,7 +22,7 @@ from causalab_mini import documents, runner
 from causalab_mini.engine.facts import ModelFacts
 from causalab_mini.errors import CompileError, DocumentError
 from causalab_mini.vocab import COMPONENTS
-from test_families import DATA, REFERENCE, Hand, document
+from test_families import DATA, REFERENCE, Hand, absent, document
 
 pytestmark = pytest.mark.families
 FAMILY_NAMES = tuple(families.FAMILIES)
@@ -50,11 +50,12 @@ def test_compile_time_widths_are_the_checkpoints(family_root, family):
     ref = REFERENCE[family]
     layer = model.get_submodule(f"{ref.layers}.0")
     assert facts.width("attention_z") == _in_width(layer.get_submodule(ref.attention_z))
-    assert facts.width("block_output") == model.get_input_embeddings().weight.shape[1]
+    projection = layer.get_submodule(ref.attention_z)
+    assert facts.width("block_output") == (getattr(projection, "out_features", None) or projection.nf)
     assert facts.width("logits") == model.get_output_embeddings().weight.shape[0]
     if ref.mlp_hidden is not None:
         assert facts.width("mlp_hidden") == _in_width(layer.get_submodule(ref.mlp_hidden))
-        if family != "bloom":  # BLOOM's MLP is 4·d_model by construction; every other config says 48
+        if not family.startswith("bloom"):  # BLOOM's MLP is 4·d_model by construction; every other config says 48
             assert facts.width("mlp_hidden") == families.MLP
 
 
@@ -66,10 +67,12 @@ def test_a_unit_or_head_past_the_end_is_refused_at_compile_time(family_root, fam
     raw["sites"]["units1"]["units"] = [facts.d_mlp]  # one past the last neuron
     with pytest.raises(CompileError) as caught:
         documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
-    if REFERENCE[family].mlp_hidden is None:  # a sparse MoE block: refused as a component first
+    if "mlp_hidden" in absent(family):  # a sparse MoE block, or never called: refused as a component first
         assert "mlp_hidden does not exist" in str(caught.value)
     else:
         assert str(caught.value).startswith("sites.units1.units:") and f"{facts.d_mlp} wide" in str(caught.value)
+    if "attention_z" in absent(family):
+        return
     raw = document(family, ("heads",))
     raw["sites"]["head1"]["heads"] = [facts.n_heads]
     with pytest.raises(CompileError, match=rf"head\(s\) \[{facts.n_heads}\] past the end"):

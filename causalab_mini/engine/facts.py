@@ -7,8 +7,8 @@ rather than failing on a tensor inside a trace.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
 
 from ..errors import CompileError
 from ..plan.plan import Address
@@ -38,6 +38,8 @@ class ModelFacts:
     transform: OutputTransform  # what the model does to lm_head's output before returning logits
     layout: Optional[Layout]  # where the family keeps each component; None: a family no table knows
     tokenizer: Any
+    # component -> (problem, fix): what this family, or this checkpoint's config, does not have
+    absent: Mapping[str, tuple] = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config, tokenizer, *, key: str, revision: Optional[str],
@@ -58,6 +60,7 @@ class ModelFacts:
             n_kv_heads=getattr(text, "num_key_value_heads", None) or n_heads,
             head_dim=head_dim, d_mlp=d_mlp, vocab_size=text.vocab_size,
             transform=transform, layout=layout, tokenizer=tokenizer,
+            absent=layout.refused(text) if layout else {},
         )
 
     @property
@@ -108,8 +111,8 @@ class ModelFacts:
                     "\"model.layers\", \"ln_final\": \"model.norm\", \"attention\": \"self_attn\", "
                     "\"mlp\": \"mlp\", \"attention_projection\": \"self_attn.o_proj\", "
                     "\"mlp_projection\": \"mlp.down_proj\"}")
-        if layout is not None and component in layout.absent:
-            problem, fix = layout.absent[component]
+        if component in self.absent:
+            problem, fix = self.absent[component]
             return f"{component} does not exist on {layout.family}: {problem}; {fix}"
         if engine == "hooks" and not comp.hooks:
             return (f"{component} is interior to a module's forward (no module boundary exposes it), "

@@ -28,7 +28,7 @@ number, silently.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
 INPUT, OUTPUT = "input", "output"
 ATTENTION = "attention"  # the port of the attention module, whose forward holds the interiors
@@ -85,6 +85,13 @@ class Layout:
     moe: bool = False
     # An image-text model whose text half runs text documents (loaded by its own class, handed to nnterp)
     multimodal: bool = False
+    # config -> {component: (problem, fix)}: what a checkpoint's own config rules out
+    # (OPT-350m has no final norm; BLOOM's slow_but_exact path never calls its projections)
+    variant: Optional[Callable[[Any], dict]] = None
+
+    def refused(self, config: Any) -> dict:
+        """Every component this checkpoint does not have, with the reason and the fix."""
+        return {**self.absent, **(self.variant(config) if self.variant else {})}
 
     def d_mlp(self, config: Any, d_model: int) -> int:
         for name in self.d_mlp_fields:
@@ -146,6 +153,36 @@ def _moe(family: str) -> Layout:
                   absent={"mlp_hidden": MOE_HIDDEN}, moe=True)
 
 
+def _opt_variant(config) -> dict:
+    """OPT-350m: 512-wide embeddings widened by ``project_in``, ``project_out`` after the last
+    layer, and no final norm (its layers norm after attention instead). A logit lens goes
+    through ln_final, so refusing ln_final refuses the lens too."""
+    out = {}
+    if config.word_embed_proj_dim != config.hidden_size:
+        out["embeddings"] = (f"this OPT checkpoint's embeddings are {config.word_embed_proj_dim} wide and "
+                             f"project_in widens them to the residual stream's {config.hidden_size}",
+                             "read block_input at layer 0, the residual stream the first layer sees, instead")
+        out["ln_final"] = ("this OPT checkpoint applies project_out between its last layer and the head, "
+                           "so neither the final norm nor a lens through it and lm_head is its head",
+                           "read logits, or lm_head, instead")
+    if not config.do_layer_norm_before or getattr(config, "_remove_final_layer_norm", False):
+        out["ln_final"] = ("this OPT checkpoint has no final norm (it norms after each attention instead), "
+                           "so there is no final norm for a lens to apply either",
+                           "read block_output at the last layer, or logits, instead")
+    return out
+
+
+def _bloom_variant(config) -> dict:
+    """BLOOM with ``slow_but_exact`` and ``pretraining_tp > 1`` multiplies by slices of the
+    projections' weights without calling the modules, so a hook there would never fire."""
+    if not (config.slow_but_exact and config.pretraining_tp > 1):
+        return {}
+    reason = ("this BLOOM config (slow_but_exact with pretraining_tp > 1) multiplies by slices of the "
+              "dense projections' weights without calling them, so nothing at their boundary is the value",
+              "load it with slow_but_exact false (the same weights) instead")
+    return {c: reason for c in ("attention_output", "attention_z", "mlp_output", "mlp_hidden")}
+
+
 _GPT2_PORTS = _ports("attn", "mlp", "c_proj", "c_proj")
 _GEMMA_CAP = dict(softcap_field="final_logit_softcapping")
 
@@ -179,13 +216,13 @@ FAMILIES: dict[str, Layout] = {layout.family: layout for layout in (
     # the layer hands them its tokens flattened to (rows·seq, width).
     Layout("opt", "model.decoder.layers", "model.decoder.final_layer_norm",
            _ports("self_attn", None, "out_proj", "fc2", mlp_input="fc1", mlp_output="fc2", flat_mlp=True),
-           d_mlp_fields=("ffn_dim",)),
+           d_mlp_fields=("ffn_dim",), variant=_opt_variant),
     # BLOOM's attention and MLP return residual + contribution: the contribution is the output of
     # the projection before that add.
     Layout("bloom", "transformer.h", "transformer.ln_f",
            _ports("self_attention", "mlp", "dense", "dense_4h_to_h",
                   attention_output="self_attention.dense", mlp_output="mlp.dense_4h_to_h"),
-           d_mlp_fields=(), attention_call=False),
+           d_mlp_fields=(), attention_call=False, variant=_bloom_variant),
     Layout("falcon", "transformer.h", "transformer.ln_f",
            _ports("self_attention", "mlp", "dense", "dense_4h_to_h"), d_mlp_fields=("ffn_hidden_size",)),
 )}

@@ -105,8 +105,9 @@ class HooksEngine(Engine):
         call: it runs outside the modules' place in the model and must not fire their taps."""
         norm = self.model.get_submodule(standardize.where(
             self.model, self._facts, "ln_final", None, "view").path)
-        return taps.logit_projection(norm.forward, self.model.get_output_embeddings().forward,
-                                     self._facts.transform)(x)
+        head = self.model.get_submodule(standardize.where(
+            self.model, self._facts, "lm_head", None, "view").path)
+        return taps.logit_projection(norm.forward, head.forward, self._facts.transform)(x)
 
     # --- loading ------------------------------------------------------------------------------
 

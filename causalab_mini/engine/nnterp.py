@@ -194,9 +194,15 @@ class NNterpEngine:
             try:
                 # dispatch=True: nnsight otherwise loads weights on the first trace by *replacing*
                 # the module, and a freeze applied before that would not be what runs.
+                # nnterp checks its renaming by running ln_final; a checkpoint without one (OPT-350m)
+                # cannot pass, and this engine finds every module through the layout anyway.
+                checked = "ln_final" not in facts.absent
                 model = StandardizedTransformer(
                     source, dispatch=True, tokenizer=tokenizer, enable_attention_probs=eager,
-                    rename_config=_rename_config(facts.layout), **options)
+                    rename_config=_rename_config(facts.layout), check_renaming=checked, **options)
+                if eager and not checked:  # nnterp disables the pattern it did not check: check it alone
+                    model.attention_probabilities.enabled = True
+                    model.attention_probabilities.check_source()
             except RenamingError as err:
                 raise ModelError("model", f"nnterp 1.3.0 cannot standardize this {facts.family} model: "
                                  f"{str(err).splitlines()[0]}",
@@ -261,7 +267,7 @@ class NNterpEngine:
         iterator applies each step's taps (prompt-frame taps at the prefill, step 0)."""
         groups = self._groups(forward.taps)
         model = self.model
-        project = taps.logit_projection(model.ln_final, model.lm_head, self._facts.transform)
+        project = self._project
         inputs = taps.model_inputs(forward, model._model.get_input_embeddings().weight.device)
         grad = torch.is_grad_enabled()  # the trace body runs in nnsight's worker thread
         # A nested operation's .source is reachable only before its call takes its inputs:
@@ -323,6 +329,14 @@ class NNterpEngine:
         if found.io == INPUT:
             return _Point(key, self._envoy(found.path), "input", _itself, _replaced, flat=found.flat)
         return _Point(key, self._envoy(found.path), "output", _first, _put_first, flat=found.flat)
+
+    def _project(self, x):
+        """A lens, inside a trace: the final norm's and the head's envoys called on ``x``, then the
+        family's output transform. Found when a lens first runs (the compiler refused it where the
+        model has no final norm)."""
+        norm = standardize.where(self.model._model, self._facts, "ln_final", None, "view").path
+        head = standardize.where(self.model._model, self._facts, "lm_head", None, "view").path
+        return taps.logit_projection(self._envoy(norm), self._envoy(head), self._facts.transform)(x)
 
     def _envoy(self, dotted: str):
         """The envoy of the module at ``dotted`` (its own name: nnsight keeps those beside nnterp's)."""

@@ -247,6 +247,16 @@ class _PointCompiler:
         return tuple(data_mod.variable_text(ds.rows[i], field, where.scope.variable, row_index=i)
                      for i in rows)
 
+    def _check_lens(self, path: str) -> None:
+        """A lens goes through the final norm: where the model has none to reach, it is refused."""
+        from .spec import Site
+
+        try:
+            self.ctx.facts.locate(Site(component="ln_final"), path=path, engine=self.ctx.engine)
+        except CompileError as err:
+            raise CompileError(f"{path}.view", "a logit lens projects through the model's final norm, "
+                               f"which it cannot reach here: {err.problem}", err.fix) from None
+
     def _read_width(self, read, address: Address) -> int:
         if read.view == "logits":
             return self.ctx.facts.width("lm_head")
@@ -297,6 +307,8 @@ class _PointCompiler:
             rpath = f"{ipath}.reads.{rname}"
             address = self._address(r.site, rpath, r.pos, tokens)
             self._check_cut(rpath, rname, r.pos, tokens)
+            if r.view == "logits":
+                self._check_lens(rpath)
             width = self._read_width(r, address)
             step = _step_of(r.pos)
             if step == "all":
