@@ -134,7 +134,16 @@ def render() -> str:
     lines.append("reductions:       " + ", ".join(REDUCTIONS))
     lines.append("position forms:   " + POSITION_FORMS[0])
     lines.extend("                  " + f for f in POSITION_FORMS[1:])
+    lines.append("model families:   " + ", ".join(sorted(_families())) + " (any other: name its "
+                 "modules in model.modules)")
     return "\n".join(lines)
+
+
+def _families():
+    """The model types with a verified layout (engine/families.py: standard library only, like this)."""
+    from .engine.families import FAMILIES
+
+    return FAMILIES
 
 
 def as_json() -> dict:
@@ -156,6 +165,7 @@ def as_json() -> dict:
                              "estimand_version": m.estimand_version} for k, m in METRICS.items()},
         "reductions": list(REDUCTIONS),
         "position_forms": list(POSITION_FORMS),
+        "model_families": sorted(_families()),
     }
 
 

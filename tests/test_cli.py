@@ -64,6 +64,9 @@ def test_vocab_json_parses():
     assert data["mechanisms"]["lerp"]["params"]["t"]["required"] is True
     assert data["components"]["attention_z"]["selector"] == "heads"
     assert set(data["metric_kinds"]) == {"match", "logit_diff", "cross_entropy", "token_logit", "token_prob"}
+    from causalab_mini.engine.families import FAMILIES
+
+    assert data["model_families"] == sorted(FAMILIES) and {"llama", "gpt2", "bloom", "opt"} <= set(FAMILIES)
 
 
 def test_schema_is_a_json_schema_of_the_document():
