@@ -10,6 +10,7 @@ import functools
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Optional, Sequence
 
 from hypothesis import strategies as st
@@ -129,10 +130,18 @@ def _bounds(model_dir: Path) -> dict:
         "n_heads": n_heads,
         "n_kv_heads": first("num_key_value_heads", default=n_heads),
         "head_dim": first("head_dim", default=d_model // n_heads),
-        "d_mlp": first("intermediate_size", "n_inner", default=4 * d_model),
+        # The MLP width by the family's own config field (OPT's ffn_dim, Falcon's ffn_hidden_size):
+        # the layout table the compiler reads, so a strategy never draws a unit the compiler refuses.
+        "d_mlp": _layout(config).d_mlp(SimpleNamespace(**text), d_model),
         "vocab_size": text.get("vocab_size"),
         "revision": weights_digest(model_dir),
     }
+
+
+def _layout(config: dict):
+    from causalab_mini.engine.families import FAMILIES, Layout
+
+    return FAMILIES.get(config.get("model_type")) or Layout(family="", layers="", ln_final="", ports={})
 
 
 def model_bounds(model: str = "tiny-llama", *, models=None) -> dict:
