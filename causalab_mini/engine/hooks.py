@@ -91,22 +91,23 @@ class HooksEngine(Engine):
         self._facts = facts  # holds the tokenizer: one object answers compile time and run time
         self._where: dict = {}  # (component, layer) -> standardize.Where, found when first tapped
 
+    def _found(self, component: str, layer, path: str) -> "standardize.Where":
+        """Where a component is (``standardize.where``), looked up once per (component, layer)."""
+        key = (component, layer)
+        if key not in self._where:
+            self._where[key] = standardize.where(self.model, self._facts, component, layer, path)
+        return self._where[key]
+
     def _module(self, address):
-        """The module a tap hooks and its side (the model itself for ``logits``)."""
-        key = (address.component, address.layer)
-        found = self._where.get(key)
-        if found is None:
-            found = self._where[key] = standardize.where(self.model, self._facts, address.component,
-                                                         address.layer, address.spelling())
+        """The module a tap hooks, and where on it (the model itself for ``logits``)."""
+        found = self._found(address.component, address.layer, address.spelling())
         return self.model.get_submodule(found.path), found
 
     def _project(self, x):
         """A lens: final norm → head → the family's output transform. ``.forward``, not the module
         call: it runs outside the modules' place in the model and must not fire their taps."""
-        norm = self.model.get_submodule(standardize.where(
-            self.model, self._facts, "ln_final", None, "view").path)
-        head = self.model.get_submodule(standardize.where(
-            self.model, self._facts, "lm_head", None, "view").path)
+        norm = self.model.get_submodule(self._found("ln_final", None, "view").path)
+        head = self.model.get_submodule(self._found("lm_head", None, "view").path)
         return taps.logit_projection(norm.forward, head.forward, self._facts.transform)(x)
 
     # --- loading ------------------------------------------------------------------------------

@@ -313,9 +313,7 @@ class NNterpEngine:
         layout gives (``standardize.where``, shared with the hooks engine), and which side."""
         model, component, layer = self.model, address.component, address.layer
         key = (component, layer)
-        found = self._where.get(key)
-        if found is None:
-            found = self._where[key] = standardize.where(model._model, self._facts, component, layer, path)
+        found = self._found(component, layer, path)
         if component in QKV_ARGUMENT:
             call = getattr(self._envoy(found.path).source, self._call(found.path, layer, path))
             return _Point(("attention_call", layer), call, "inputs", *_heads(QKV_ARGUMENT[component]))
@@ -334,9 +332,15 @@ class NNterpEngine:
         """A lens, inside a trace: the final norm's and the head's envoys called on ``x``, then the
         family's output transform. Found when a lens first runs (the compiler refused it where the
         model has no final norm)."""
-        norm = standardize.where(self.model._model, self._facts, "ln_final", None, "view").path
-        head = standardize.where(self.model._model, self._facts, "lm_head", None, "view").path
+        norm, head = self._found("ln_final", None, "view").path, self._found("lm_head", None, "view").path
         return taps.logit_projection(self._envoy(norm), self._envoy(head), self._facts.transform)(x)
+
+    def _found(self, component: str, layer, path: str) -> "standardize.Where":
+        """Where a component is (``standardize.where``), looked up once per (component, layer)."""
+        key = (component, layer)
+        if key not in self._where:
+            self._where[key] = standardize.where(self.model._model, self._facts, component, layer, path)
+        return self._where[key]
 
     def _envoy(self, dotted: str):
         """The envoy of the module at ``dotted`` (its own name: nnsight keeps those beside nnterp's)."""
