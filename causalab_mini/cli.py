@@ -67,7 +67,7 @@ def _cmd_explain(args) -> int:
     for i, doc in enumerate(args.documents):
         raw = documents.read(doc)
         plan = documents.compile_plan(raw, document=Path(doc), models=args.models, data=args.data,
-                                      engine=args.engine)
+                                      engine=args.engine, trust_remote_code=args.trust_remote_code)
         if args.json:
             print(json.dumps(plan_json(plan), indent=1))
         else:
@@ -117,6 +117,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("documents", nargs="+")
     p.add_argument("--engine", choices=("nnterp", "hooks"), default="nnterp",
                    help="the engine whose refusals apply (default nnterp)")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="read a model whose config or tokenizer names code of its own (runs that code)")
     _paths_options(p)
     p.set_defaults(func=_cmd_explain)
 
@@ -130,7 +132,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--device-map", default="cpu")
     p.add_argument("--batch-size", type=int, default=None)
     p.add_argument("--out", required=True, help="the directory to write results into")
-    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="load a model whose directory or repository ships code of its own (runs that code)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _paths_options(p)
     p.set_defaults(func=_cmd_run)

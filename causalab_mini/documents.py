@@ -57,29 +57,31 @@ def shape(raw: dict) -> str:
     return "protocol" if is_protocol(raw) else "plan-shaped"
 
 
-def model_facts(spec, document: Optional[Path], models=None, *, check_revision: bool = True):
-    """The model's config and tokenizer as ModelFacts; weights are never read."""
+def model_facts(spec, document: Optional[Path], models=None, *, check_revision: bool = True,
+                trust_remote_code: bool = False):
+    """The model's config and tokenizer as ModelFacts; weights are never read, and no code of the
+    model directory's own is run unless ``trust_remote_code``."""
     from .engine import loading
     from .engine.facts import ModelFacts
 
     resolved = loading.resolve(spec.model.key, spec.model.revision, document=document, roots=models,
                                check_revision=check_revision)
     roots = loading.model_roots(models, document)
-    config = loading.load_config(resolved, roots)
-    tokenizer = loading.load_tokenizer(resolved, roots)
+    config = loading.load_config(resolved, roots, trust_remote_code=trust_remote_code)
+    tokenizer = loading.load_tokenizer(resolved, roots, trust_remote_code=trust_remote_code)
     return ModelFacts.from_config(config, tokenizer, key=spec.model.key, revision=resolved.revision,
                                   modules=spec.model.modules)
 
 
 def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, data=None,
-                 engine: str = "nnterp", facts=None):
+                 engine: str = "nnterp", facts=None, trust_remote_code: bool = False):
     """The document's plan tree, compiled against the model's config and tokenizer."""
     from . import data as data_mod
     from .plan.build import Context, build
 
     first = points(raw)[0]  # a sweep may not change the model, so the first point names it
     if facts is None:
-        facts = model_facts(first.spec, document, models)
+        facts = model_facts(first.spec, document, models, trust_remote_code=trust_remote_code)
     else:  # a loaded engine answers the compile-time questions itself, with its own refusals
         engine = getattr(facts, "name", engine)
     ctx = Context(facts=facts, data_roots=data_mod.data_roots(data, document),

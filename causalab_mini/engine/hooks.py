@@ -126,11 +126,12 @@ class HooksEngine(Engine):
         ref = loading.model_ref(model_ref)
         resolved = loading.resolve(ref.key, ref.revision, document=document, roots=models)
         roots = loading.model_roots(models, document)
-        tokenizer = loading.load_tokenizer(resolved, roots)  # first: it reports an unreachable hub id
+        # first: it reports an unreachable hub id, and refuses a directory's own code
+        tokenizer = loading.load_tokenizer(resolved, roots, trust_remote_code=trust_remote_code)
         try:
             model = AutoModelForCausalLM.from_pretrained(
                 resolved.source, revision=loading.hub_revision(resolved), dtype=loading.torch_dtype(ref),
-                device_map=device_map, use_safetensors=True, trust_remote_code=trust_remote_code)
+                device_map=device_map, use_safetensors=True, trust_remote_code=bool(trust_remote_code))
         except (OSError, ValueError) as err:
             raise loading._hub_failure(resolved, err, roots) from None
         loading.freeze(model)

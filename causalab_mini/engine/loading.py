@@ -62,8 +62,13 @@ def model_roots(explicit=None, document: Optional[Path] = None) -> list[Path]:
 
 
 def weights_digest(directory: Path) -> str:
-    """``sha256:<hex>`` over the names and bytes of every safetensors file in a model directory."""
-    files = sorted(Path(directory).glob("*.safetensors"))
+    """``sha256:<hex>`` over the names and bytes of every weight file the loader may read.
+
+    Both engines load safetensors only (``use_safetensors=True``: a pickled ``.bin`` is never
+    read), so that is every ``*.safetensors`` file and a sharded checkpoint's index, which
+    says which of them hold what.
+    """
+    files = sorted([*Path(directory).glob("*.safetensors"), *Path(directory).glob("*.safetensors.index.json")])
     if not files:
         raise ModelError("model.key", f"{directory} has no .safetensors weights",
                          "save the model with save_pretrained(..., safe_serialization=True)")
@@ -108,6 +113,11 @@ def resolve(key: str, revision: Optional[str], *, document: Optional[Path] = Non
 
 
 def _hub_failure(resolved: ResolvedModel, err: Exception, searched_roots) -> ModelError:
+    if resolved.local:
+        first = str(err).splitlines()[0] if str(err) else ""
+        return ModelError("model.key", f"the model directory for {resolved.key!r} could not be loaded "
+                          f"({type(err).__name__}: {first})",
+                          "check its config, tokenizer and .safetensors weights (save_pretrained writes all three)")
     return ModelError(
         "model.key",
         f"{resolved.key!r} is not a local model directory and could not be fetched as a hub id "
@@ -138,18 +148,65 @@ def _hub_unreachable(timeout: float = 3.0) -> Optional[str]:
     return None
 
 
-def _from_hub(loader, resolved: ResolvedModel, roots):
-    """``loader.from_pretrained`` for a local directory, the hub cache, then the hub itself."""
+# Files whose ``auto_map`` names Python code of the model directory's own, which from_pretrained
+# would import (after asking on a terminal) if trust_remote_code were not False.
+CODE_FILES = ("config.json", "tokenizer_config.json", "processor_config.json", "preprocessor_config.json")
+
+
+def custom_code(directory: Path) -> Optional[str]:
+    """Where a local model directory names code of its own (``file: auto_map``), or None."""
+    import json
+
+    for name in CODE_FILES:
+        path = Path(directory) / name
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue  # from_pretrained reports a broken file itself
+        if isinstance(data, dict) and data.get("auto_map"):
+            return f"{name} has an auto_map ({', '.join(sorted(map(str, data['auto_map'])))})"
+    return None
+
+
+def _code_refusal(key: str, where: str) -> ModelError:
+    return ModelError("model.key", f"{key!r} ships Python code of its own ({where}), and causalab-mini runs "
+                      "no code from a model directory or hub repository unless told to",
+                      "read that code, then pass --trust-remote-code to run it")
+
+
+def check_code(resolved: ResolvedModel, trust_remote_code: bool) -> None:
+    """Refuse a local model directory that names its own code, unless the caller trusts it."""
+    if resolved.local and not trust_remote_code:
+        where = custom_code(Path(resolved.source))
+        if where:
+            raise _code_refusal(resolved.key, where)
+
+
+def _asks_for_code(err: Exception) -> bool:
+    return "trust_remote_code" in str(err)
+
+
+def _from_hub(loader, resolved: ResolvedModel, roots, trust_remote_code: bool = False):
+    """``loader.from_pretrained`` for a local directory, the hub cache, then the hub itself.
+
+    ``trust_remote_code`` is always passed, explicitly: left unset, transformers asks on a
+    terminal whether to run a directory's own code, and a "y" runs it.
+    """
+    check_code(resolved, trust_remote_code)
     revision = None if resolved.local else resolved.revision
+    options = {"trust_remote_code": bool(trust_remote_code)}
     if resolved.local:
         try:
-            return loader.from_pretrained(resolved.source)
+            return loader.from_pretrained(resolved.source, **options)
         except (OSError, ValueError) as err:
             raise _hub_failure(resolved, err, roots) from None
     try:  # already in the Hugging Face cache: no network needed
-        return loader.from_pretrained(resolved.source, revision=revision, local_files_only=True)
-    except (OSError, ValueError):
-        pass
+        return loader.from_pretrained(resolved.source, revision=revision, local_files_only=True, **options)
+    except (OSError, ValueError) as err:
+        if _asks_for_code(err):
+            raise _code_refusal(resolved.key, "its config names code the repository ships") from None
     reason = _hub_unreachable()
     if reason:
         raise ModelError(
@@ -159,21 +216,23 @@ def _from_hub(loader, resolved: ResolvedModel, roots):
             "put it under a model search path (--models DIR, " + ENV_MODELS + ") or run where the "
             f"hub is reachable; searched: {', '.join(map(str, roots)) or 'no model roots'}")
     try:
-        return loader.from_pretrained(resolved.source, revision=revision)
+        return loader.from_pretrained(resolved.source, revision=revision, **options)
     except (OSError, ValueError) as err:
+        if _asks_for_code(err):
+            raise _code_refusal(resolved.key, "its config names code the repository ships") from None
         raise _hub_failure(resolved, err, roots) from None
 
 
-def load_config(resolved: ResolvedModel, roots=()):
+def load_config(resolved: ResolvedModel, roots=(), *, trust_remote_code: bool = False):
     from transformers import AutoConfig
 
-    return _from_hub(AutoConfig, resolved, roots)
+    return _from_hub(AutoConfig, resolved, roots, trust_remote_code)
 
 
-def load_tokenizer(resolved: ResolvedModel, roots=()):
+def load_tokenizer(resolved: ResolvedModel, roots=(), *, trust_remote_code: bool = False):
     from transformers import AutoTokenizer
 
-    return _from_hub(AutoTokenizer, resolved, roots)
+    return _from_hub(AutoTokenizer, resolved, roots, trust_remote_code)
 
 
 # --- shared by both engines' ``load``: the document's model reference, its dtype, the freeze ---

@@ -166,9 +166,6 @@ class NNterpEngine:
         On a family whose pattern this engine refuses (GPT-2) it is ignored, so the
         document is refused at compile time by name rather than inside nnterp's check.
         """
-        from nnterp import StandardizedTransformer  # ~5 s: only this engine pays it
-        from nnterp.rename_utils import RenamingError
-
         loading.quiet_loading()
 
         ref = loading.model_ref(model_ref)
@@ -177,13 +174,19 @@ class NNterpEngine:
         # Config and tokenizer read the way explain reads them, so a missing model is refused
         # as a ModelError naming the key rather than inside nnsight — and nnsight is handed
         # that tokenizer, so the compiler and the run share one object.
-        config = loading.load_config(resolved, roots)
-        tokenizer = loading.load_tokenizer(resolved, roots)
+        config = loading.load_config(resolved, roots, trust_remote_code=trust_remote_code)
+        tokenizer = loading.load_tokenizer(resolved, roots, trust_remote_code=trust_remote_code)
         facts = ModelFacts.from_config(config, tokenizer, key=ref.key, revision=resolved.revision,
                                        modules=ref.modules)
+        # After the config and tokenizer: a model refused there (its own code, a missing key) is
+        # refused before the ~5 s import that only this engine pays.
+        from nnterp import StandardizedTransformer
+        from nnterp.rename_utils import RenamingError
+
         eager = attention_probs and facts.refusal("attention_probs", cls.name) is None
         options = dict(revision=loading.hub_revision(resolved), device_map=device_map,
-                       dtype=loading.torch_dtype(ref), trust_remote_code=trust_remote_code)
+                       dtype=loading.torch_dtype(ref), trust_remote_code=bool(trust_remote_code),
+                       use_safetensors=True)  # never pickle: a .bin is outside the revision pin
         source = resolved.source
         if facts.layout is not None and facts.layout.multimodal:
             # nnsight's LanguageModel will not load an image-text model by name; its text half runs
@@ -208,6 +211,8 @@ class NNterpEngine:
                                  f"{str(err).splitlines()[0]}",
                                  "name its modules in the document's model.modules, or run it with "
                                  "--engine hooks") from None
+            except (OSError, ValueError) as err:  # no safetensors weights, a broken file, ...
+                raise loading._hub_failure(resolved, err, roots) from None
         loading.freeze(model._model)
         return cls(model, facts)
 
@@ -415,7 +420,7 @@ def _load_module(resolved, options: dict, eager: bool):
     from transformers import AutoModelForCausalLM
 
     extra = {"attn_implementation": "eager"} if eager else {}
-    return AutoModelForCausalLM.from_pretrained(resolved.source, use_safetensors=True, **options, **extra)
+    return AutoModelForCausalLM.from_pretrained(resolved.source, **options, **extra)  # options: safetensors only
 
 
 def _session_options(model, remote) -> dict:
