@@ -61,9 +61,14 @@ def run_cli(args) -> int:
     from contextlib import nullcontext
 
     from .engine import steps
-    from .plan.write import write
+    from .plan.write import check_out, write
 
     document = Path(args.document)
+    # Everything that can refuse the run without a model does so before the load and the compute.
+    check_out(Path(args.out))
+    if args.batch_size is not None and args.batch_size < 1:
+        raise EngineError("--batch-size", f"{args.batch_size} is not a number of rows",
+                          "give a positive number, or leave it out for the whole batch")
     raw = documents.read(document)
     # --engine ndif is the nnterp engine with the session sent to NDIF: the only difference
     # between running here and there is the session's `remote` flag.

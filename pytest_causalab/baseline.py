@@ -28,14 +28,13 @@ different points of one document lose nothing and a reader never sees half a fil
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from causalab_mini.files import write_atomic
 from causalab_mini.plan import expect
 
 from .results import Point, stem
@@ -149,14 +148,7 @@ def store(path: Path, document: Path, point: Point) -> None:
         data["points"][point.name] = entry(point)
         data["points"] = dict(sorted(data["points"].items()))
         text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(path, text.encode("utf-8"))
 
 
 @dataclass

@@ -54,6 +54,10 @@ def reporting(callback: Callable[[str, int, int], None]):
 
 
 def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State] = None):
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise EngineError("batch_size", f"{batch_size!r} is not a number of rows",
+                          "give a positive integer, or None for the whole batch")
     state = state or State()
     if isinstance(step, Plan):
         points = [n for n, c in step.steps.items() if isinstance(c, Plan)]

@@ -1,22 +1,43 @@
-"""A run's plan → files: the save manifest and nothing else.
+"""A run's plan → files: the save manifest and nothing else, committed whole.
 
 Nothing lands on disk that no step's ``saves`` asks for, besides
 ``document.json`` and ``run.json`` at the root and each sweep point's
-``document.json``. Every file's bytes are made before the first one is written,
-and each is written to a temporary name and renamed into place, so a failing
-run leaves no half-written file. The same plan written twice gives
-byte-identical files: no time, host or absolute path is recorded.
+``document.json``. The same plan written twice gives byte-identical files: no
+time, host or absolute path is recorded.
+
+A run's folder is committed like a transaction, with ``run.json`` as the commit
+record (``write``):
+
+1. every file's bytes are made before anything is written;
+2. every file but run.json is written whole into a staging folder inside ``--out``
+   (a full disk stops here, and the previous run's folder is untouched);
+3. the folder is marked incomplete (``.causalab-incomplete``, listing every file of
+   ours that may be in it) and the old run.json removed;
+4. the staged files are moved into place and the previous run's files that this
+   run does not write are removed;
+5. run.json is written, then the mark and the staging folder go.
+
+A kill at any point leaves either the previous run, whole, or a folder that
+``state`` calls incomplete — never one that reads as a result. The next write
+into it removes what an interrupted run left (the staging folder, temporary
+files, every file the mark lists), so a rerun after a kill gives exactly the
+files a clean run gives.
 """
 from __future__ import annotations
 
 import json
 import os
-import tempfile
+import shutil
 from pathlib import Path
 from typing import Any
 
-from ..errors import PlanError
+from ..errors import EngineError, PlanError
+from ..files import TMP_SUFFIX, tmp_prefix, write_atomic
 from .plan import Fit, Observe, Plan, Weights
+
+RUN = "run.json"  # the commit record: its presence, without the mark, makes the folder a result
+INCOMPLETE = ".causalab-incomplete"  # the mark of a folder being written: JSON {"files": [...]}
+STAGING = ".causalab-staging"  # where a run's files are written whole before they move into place
 
 
 def _json(value: Any) -> bytes:
@@ -133,26 +154,55 @@ def manifest(plan: Plan, run_record: dict) -> dict[str, bytes]:
     return files
 
 
-def _previous_files(out: Path) -> list[str]:
-    """The files an earlier run wrote into ``out``, as its run.json lists them ([] if none)."""
+def state(out: Path) -> str:
+    """``"complete"`` (a run's result), ``"incomplete"`` (a write that did not finish: never a
+    result), or ``"empty"`` (no run of ours)."""
+    out = Path(out)
+    if (out / INCOMPLETE).exists() or (out / STAGING).exists() and not (out / RUN).exists():
+        return "incomplete"
+    return "complete" if (out / RUN).is_file() else "empty"
+
+
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` that cannot take a run, before anything is computed: a file, or a
+    folder (or the nearest existing parent of one to be made) that cannot be written."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise EngineError("--out", f"{out} is a file, and a run writes a folder", "name a folder")
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
+    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
+        raise EngineError("--out", f"{existing or out} cannot be written into", "name a folder you can write")
+
+
+def _listed(path: Path) -> list[str]:
     try:
-        listed = json.loads((out / "run.json").read_text(encoding="utf-8")).get("files", [])
+        listed = json.loads(path.read_text(encoding="utf-8")).get("files", [])
     except (OSError, ValueError, AttributeError):
         return []
     return [f for f in listed if isinstance(f, str)]
 
 
-def _remove_stale(out: Path, stale: list[str]) -> None:
-    """Delete files a previous run wrote that this one did not, and the folders that empties.
+def _previous_files(out: Path) -> set[str]:
+    """Every file an earlier run into ``out`` wrote or may have written: what its run.json lists,
+    and what an interrupted write's mark lists."""
+    return set(_listed(out / RUN)) | set(_listed(out / INCOMPLETE))
 
-    Only paths the previous run.json listed, and only inside ``out``: a file a person
-    put there is never touched. A stale ``iia.json`` beside a rerun's files would be
-    read as this run's result.
+
+def _inside(out: Path, rel: str) -> Path | None:
+    root, target = out.resolve(), (out / rel).resolve()
+    return target if root in target.parents else None
+
+
+def _remove(out: Path, rels) -> None:
+    """Delete files of ours (listed paths, only inside ``out``) and the folders that empties.
+
+    A file a person put there is never touched. A stale ``iia.json`` beside a rerun's files
+    would be read as this run's result.
     """
     root = out.resolve()
-    for rel in stale:
-        target = (out / rel).resolve()
-        if root not in target.parents or not target.is_file():
+    for rel in sorted(rels):
+        target = _inside(out, rel)
+        if target is None or not target.is_file():
             continue
         target.unlink()
         for folder in target.parents:
@@ -161,27 +211,59 @@ def _remove_stale(out: Path, stale: list[str]) -> None:
             folder.rmdir()
 
 
-def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
-    """Write the run into ``out``; returns the paths written, in manifest order.
+def _clean_orphans(out: Path, names) -> None:
+    """What an interrupted write left: the staging folder, and temporary files of our files."""
+    shutil.rmtree(out / STAGING, ignore_errors=True)
+    for rel in names:
+        target = _inside(out, rel)
+        if target is not None and target.parent.is_dir():
+            for orphan in target.parent.glob(f"{tmp_prefix(target.name)}*{TMP_SUFFIX}"):
+                orphan.unlink(missing_ok=True)
 
-    Files an earlier run wrote into ``out`` that this one does not (a save since
-    removed, a sweep point no longer in the document) are deleted afterwards.
-    """
+
+def _check_targets(out: Path, files) -> None:
+    """Refuse, before anything is written, a file whose place is a folder, or whose folder is a file."""
+    for rel in files:
+        target = out / rel
+        if target.is_dir():
+            raise PlanError(rel, f"{target} is a folder, and the run writes a file there",
+                            "move that folder away, or save to another file_path")
+        for parent in target.parents:
+            if parent == out.parent:
+                break
+            if parent.exists() and not parent.is_dir():
+                raise PlanError(rel, f"{parent} is a file, and the run needs a folder there",
+                                "move that file away, or save to another file_path")
+
+
+def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
+    """Commit the run into ``out`` whole (see the module's docstring); returns the paths written,
+    in manifest order. Files an earlier run wrote that this one does not are removed."""
     files = manifest(plan, run_record)
     out = Path(out)
-    stale = [f for f in _previous_files(out) if f not in files]
-    written = []
-    for rel, data in files.items():
-        target = out / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as fh:
-                fh.write(data)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        written.append(target)
-    _remove_stale(out, stale)
-    return written
+    check_out(out)
+    _check_targets(out, files)
+    out.mkdir(parents=True, exist_ok=True)
+    previous = _previous_files(out)
+    ours = previous | set(files) | {INCOMPLETE}
+    _clean_orphans(out, ours)
+    stage = out / STAGING
+    try:
+        for rel, data in files.items():
+            if rel != RUN:
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(stage / rel, data)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    write_atomic(out / INCOMPLETE, (json.dumps({"files": sorted(ours - {INCOMPLETE})}) + "\n").encode())
+    (out / RUN).unlink(missing_ok=True)
+    for rel in files:
+        if rel != RUN:
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(stage / rel, out / rel)
+    _remove(out, previous - set(files))
+    write_atomic(out / RUN, files[RUN])
+    (out / INCOMPLETE).unlink()
+    shutil.rmtree(stage, ignore_errors=True)
+    return [out / rel for rel in files]

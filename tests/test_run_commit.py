@@ -1,0 +1,188 @@
+"""A run's folder is committed whole: killed at any write, it is the previous run or incomplete.
+
+The plan is run once; then, for every filesystem step ``write`` takes (each fsync,
+rename, unlink and rmdir), a forked child writes it and is SIGKILLed at that step. After
+each kill the folder is either the previous run, byte for byte, or ``state`` calls it
+incomplete — never a result with missing or mixed files — and a rerun into it leaves
+exactly the files a clean run leaves, byte for byte. The same holds for a rerun of a
+changed document over an earlier run's folder, and for a write that fails half way (a
+full disk). Files are written with the permissions the umask asks for.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+from pathlib import Path
+
+import pytest
+
+from causalab_mini import runner
+from causalab_mini.errors import EngineError
+from causalab_mini.plan import write as write_mod
+from samples import cli_command, patching_document
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS, DATA = REPO / "documents" / "models", REPO / "documents" / "data"
+KILLABLE = ("fsync", "replace", "unlink", "rmdir")  # the os calls a write's steps go through
+
+
+def _swept() -> dict:
+    raw = patching_document()
+    raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": [-1, -2]}
+    return raw
+
+
+def _plan(raw: dict, tmp_path: Path):
+    doc = tmp_path / "doc.causalab.json"
+    engine = runner.load_engine(raw, engine="hooks", document=doc, models=[MODELS])
+    plan = runner.execute(raw, engine, document=doc, data=[DATA])
+    return plan
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def _without_leftovers(files: dict[str, bytes]) -> dict[str, bytes]:
+    """A folder's files less what an interrupted write leaves: its staging folder, temporary files."""
+    return {rel: data for rel, data in files.items()
+            if not rel.startswith(write_mod.STAGING + "/")
+            and not (Path(rel).name.startswith(".") and rel.endswith(".tmp"))}
+
+
+def _write_killed_at(plan, out: Path, n: int) -> bool:
+    """Write ``plan`` into ``out`` in a forked child killed at its ``n``-th killable call;
+    True when the child was killed (False: the write finished before call ``n``)."""
+    pid = os.fork()
+    if pid == 0:  # the child: count the calls, die at the n-th
+        count = [0]
+        for name in KILLABLE:
+            original = getattr(os, name)
+
+            def counted(*args, _original=original, **kwargs):
+                count[0] += 1
+                if count[0] == n:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return _original(*args, **kwargs)
+            setattr(os, name, counted)
+        try:
+            write_mod.write(plan, out, plan.provenance)
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFSIGNALED(status)
+
+
+@pytest.fixture(scope="module")
+def plans(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("plans")
+    first = _plan(_swept(), tmp)
+    changed = _swept()
+    changed["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": [-1, -3]}
+    changed["steps"]["score"]["saves"] = changed["steps"]["score"]["saves"][:1]
+    return first, _plan(changed, tmp)
+
+
+def _clean(plan, folder: Path) -> dict[str, bytes]:
+    write_mod.write(plan, folder, plan.provenance)
+    return _snapshot(folder)
+
+
+@pytest.mark.parametrize("over_previous", [False, True])
+def test_a_kill_at_any_write_leaves_the_previous_run_or_an_incomplete_folder(plans, tmp_path, over_previous):
+    """``over_previous``: the killed write is a changed document's, over the first one's folder."""
+    first, second = plans
+    before = _clean(first, tmp_path / "first") if over_previous else {}
+    after = _clean(second, tmp_path / "second")
+    assert before != after
+    n, kills = 1, 0
+    while True:
+        out = tmp_path / f"kill{n}"
+        if over_previous:
+            write_mod.write(first, out, first.provenance)
+        if not _write_killed_at(second, out, n):
+            assert _snapshot(out) == after  # not killed: the write finished
+            break
+        kills += 1
+        got = _snapshot(out) if out.exists() else {}
+        if write_mod.state(out) == "complete":  # a result is a whole run, the old one or the new
+            # (beside it, at most the leftovers of the killed write, which the next write removes)
+            assert _without_leftovers(got) in (before, after), f"kill {n}: a complete folder mixing runs"
+        else:
+            assert write_mod.state(out) in ("incomplete", "empty"), n
+            assert got == {} or "run.json" not in got or ".causalab-incomplete" in got
+        write_mod.write(second, out, second.provenance)  # a rerun after the kill
+        assert _snapshot(out) == after, f"kill {n}: the rerun is not a clean run's folder"
+        n += 1
+    assert kills >= 10  # every step of the commit was reached: staging, mark, moves, commit
+
+
+def test_a_write_that_fails_half_way_leaves_the_previous_run(plans, tmp_path, monkeypatch):
+    """A full disk: the staging write fails on its third file; the previous run stays whole."""
+    first, second = plans
+    out = tmp_path / "out"
+    before = _clean(first, out)
+    calls = [0]
+    original = write_mod.write_atomic
+
+    def full(path, data):
+        calls[0] += 1
+        if calls[0] == 3:
+            raise OSError(28, "No space left on device")
+        return original(path, data)
+
+    monkeypatch.setattr(write_mod, "write_atomic", full)
+    with pytest.raises(OSError, match="No space"):
+        write_mod.write(second, out, second.provenance)
+    assert _snapshot(out) == before and write_mod.state(out) == "complete"
+
+
+def test_files_take_the_umask(plans, tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_mod.write(plans[0], tmp_path / "out", plans[0].provenance)
+    finally:
+        os.umask(old)
+    modes = {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "out").rglob("*") if p.is_file()}
+    assert modes == {0o644}
+
+
+@pytest.mark.parametrize("make_out, problem", [
+    (lambda p: (p.write_text("x"), p)[1], "is a file"),
+    (lambda p: (p.mkdir(), p.chmod(0o500), p / "sub")[-1], "cannot be written"),
+])
+def test_an_out_that_cannot_take_a_run_is_refused_before_the_model_loads(tmp_path, make_out, problem):
+    import subprocess
+
+    if problem == "cannot be written" and os.geteuid() == 0:
+        # root writes anywhere; the refusal rests on os.access, which says so too
+        pytest.skip("root can write into a read-only folder")
+    out = make_out(tmp_path / "out")
+    doc = tmp_path / "doc.causalab.json"
+    doc.write_text(json.dumps(patching_document()))
+    done = subprocess.run([*cli_command(), "run", str(doc), "--engine", "hooks", "--models", str(MODELS),
+                           "--data", str(DATA), "--out", str(out)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "error: EngineError: --out:" in done.stderr and problem in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("size", [0, -1])
+def test_a_batch_size_that_is_not_a_number_of_rows_is_refused(tmp_path, size):
+    raw = patching_document()
+    doc = tmp_path / "doc.causalab.json"
+    engine = runner.load_engine(raw, engine="hooks", document=doc, models=[MODELS])
+    with pytest.raises(EngineError, match="not a number of rows"):
+        runner.execute(raw, engine, document=doc, data=[DATA], batch_size=size)
+
+
+def test_state_tells_a_result_from_an_interrupted_write(plans, tmp_path):
+    out = tmp_path / "out"
+    assert write_mod.state(out) == "empty"
+    write_mod.write(plans[0], out, plans[0].provenance)
+    assert write_mod.state(out) == "complete"
+    (out / write_mod.INCOMPLETE).write_text("{}")
+    assert write_mod.state(out) == "incomplete"
+    shutil.rmtree(out)
