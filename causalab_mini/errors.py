@@ -53,6 +53,10 @@ class PlanError(CausalabError):
     """A question asked of a plan has no single answer (an ambiguous result name, say)."""
 
 
+class BaselineError(CausalabError):
+    """A stored baseline file cannot be read as one (corrupt, another format, the wrong shape)."""
+
+
 class EngineError(CausalabError):
     """An engine refuses what the plan asks of it, or a run-time check failed."""
 

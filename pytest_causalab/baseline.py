@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
+from causalab_mini.errors import BaselineError
 from causalab_mini.files import write_atomic
 from causalab_mini.plan import expect
 
@@ -48,18 +49,44 @@ def path_for(document: Path, folder: str = "baselines") -> Path:
     return document.parent / folder / f"{stem(document)}.json"
 
 
-def load(path: Path) -> dict:
+REPAIR = "rerun with --causalab-update-baselines=all to write it anew, and commit it"
+
+
+def load(path: Path, *, repair: bool = False) -> dict:
+    """The baseline file at ``path`` ({} when there is none). A file that is not one — corrupt,
+    of another format version, or valid JSON of the wrong shape — is refused naming the file,
+    or, with ``repair`` (an update flag is rewriting it), read as empty so it is written anew."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return {}
-    except (OSError, json.JSONDecodeError) as err:
-        raise ValueError(f"{path}: not a readable baseline ({err}); delete it and rerun with "
-                         "--causalab-update-baselines=all") from None
-    if data.get("format") != FORMAT:
-        raise ValueError(f"{path}: format {data.get('format')!r}, expected {FORMAT!r}; rerun with "
-                         "--causalab-update-baselines=all")
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
+        return _unreadable(path, f"not a readable baseline ({type(err).__name__}: {err})", repair)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        return _unreadable(path, f"format {found!r}, expected {FORMAT!r}", repair)
+    if not _well_formed(data.get("points", {})):
+        return _unreadable(path, "a baseline holds \"points\": {name: {\"produced_by\", \"results\": {...}}}, "
+                                 "and this file's do not", repair)
     return data
+
+
+def _well_formed(points) -> bool:
+    """The shape ``check`` reads: {point: {"results": {name: {"rows": {...}}}, "tensors": {file: {name: {...}}}}}."""
+    def mapping_of(value, inner) -> bool:
+        return isinstance(value, dict) and all(inner(v) for v in value.values())
+
+    def entry_ok(e) -> bool:
+        return (isinstance(e, dict)
+                and mapping_of(e.get("results", {}), lambda r: isinstance(r, dict) and isinstance(r.get("rows"), dict))
+                and mapping_of(e.get("tensors", {}), lambda f: mapping_of(f, lambda t: isinstance(t, dict))))
+    return mapping_of(points, entry_ok)
+
+
+def _unreadable(path: Path, problem: str, repair: bool) -> dict:
+    if repair:
+        return {}
+    raise BaselineError(str(path), problem, REPAIR)
 
 
 TENSOR_VALUES = 4096  # a saved tensor up to this many elements is stored value by value
@@ -144,7 +171,7 @@ def store(path: Path, document: Path, point: Point) -> None:
     """Set this point's entry in the document's baseline file: locked, re-read, replaced atomically."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path):
-        data = load(path) or {"format": FORMAT, "document": Path(document).name, "points": {}}
+        data = load(path, repair=True) or {"format": FORMAT, "document": Path(document).name, "points": {}}
         data["points"][point.name] = entry(point)
         data["points"] = dict(sorted(data["points"].items()))
         text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
@@ -172,7 +199,8 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
         store(path, point.document, point)
         verdict.notes.append(f"baseline written: {shown} [{point.name}]")
         return verdict
-    stored = load(path).get("points", {}).get(point.name)
+    # Under an update flag a baseline that is not one is written anew rather than refused.
+    stored = load(path, repair=update is not None).get("points", {}).get(point.name)
     saved = point.saved()
     tensors = point.saved_tensors()
     missing = stored is None or any(name not in stored.get("results", {}) for name in saved) or any(

@@ -50,16 +50,46 @@ class DocumentFile(pytest.File):
     """``*.causalab.json``: one item per sweep point, or one item named after an unswept document."""
 
     def collect(self):
-        raw = documents.read(self.path)
-        points = documents.points(raw)
-        expect.check_points(points)
+        try:
+            raw = documents.read(self.path)
+            points = documents.points(raw)
+            expect.check_points(points)
+        except Exception as err:  # noqa: BLE001 - one bad document must not stop the session
+            # The document is one failing item with its refusal, and every other document runs;
+            # an error pytest would raise at collection interrupts the whole session.
+            yield RefusedDocument.from_parent(self, name=point_name(self.path, None), error=err)
+            return
         for valid in points:
             yield PointItem.from_parent(self, name=point_name(self.path, valid.name), valid=valid)
 
+
+def _described(err: BaseException, nodeid: str, config) -> str:
+    """A failure as the user should see it: a typed refusal's three parts, or an unexpected
+    error's message without the internals' stack (``--tb=long`` shows it)."""
+    if isinstance(err, CausalabError):
+        return refusal(err, nodeid)
+    return (f"{type(err).__name__}: {err}\n"
+            f"(while running {nodeid}; --tb=long shows the traceback)")
+
+
+class RefusedDocument(pytest.Item):
+    """A document that cannot be read or validated: one item that fails with the refusal."""
+
+    def __init__(self, *, error: BaseException, **kwargs):
+        super().__init__(**kwargs)
+        self.error = error
+        self.add_marker(pytest.mark.causalab)
+
+    def runtest(self) -> None:
+        raise self.error
+
     def repr_failure(self, excinfo, style=None):
-        if isinstance(excinfo.value, CausalabError):
-            return refusal(excinfo.value, self.nodeid)
-        return super().repr_failure(excinfo)
+        if not isinstance(excinfo.value, CausalabError) and self.config.getoption("tbstyle", "auto") == "long":
+            return super().repr_failure(excinfo)
+        return _described(excinfo.value, self.nodeid, self.config)
+
+    def reportinfo(self):
+        return self.path, 0, f"{self.name} ({self.path.name})"
 
 
 class PointFailure(Exception):
@@ -174,14 +204,11 @@ class PointItem(pytest.Item):
         err = excinfo.value
         if isinstance(err, PointFailure):
             return err.render()
-        if isinstance(err, CausalabError):
-            return refusal(err, self.nodeid)
-        if self.config.getoption("tbstyle", "auto") == "long":
+        if not isinstance(err, CausalabError) and self.config.getoption("tbstyle", "auto") == "long":
             return super().repr_failure(excinfo)
         # An engine's internals (torch, nnsight) are not the user's code: the message, not the
         # stack, unless they ask for it.
-        return (f"{type(err).__name__}: {err}\n"
-                f"(while running {self.nodeid}; --tb=long shows the traceback)")
+        return _described(err, self.nodeid, self.config)
 
     def reportinfo(self):
         # Not a suffix of the node id on purpose: pytest rewrites dots in a suffix domain to "::".

@@ -102,24 +102,30 @@ def test_collection_imports_no_engine(tester):
     result.stdout.fnmatch_lines(["HEAVY: []", "4 tests collected*"])
 
 
-def test_invalid_document_is_a_typed_collection_error(tester):
+def test_an_invalid_document_is_one_failing_item_and_the_others_still_run(tester):
     def two_cuts(doc):
         doc["interventions"]["patching"]["writes"]["patch"]["pos"] = {"index": -1, "last": 2}
     write(tester, "bad", "patching", edit=two_cuts)
+    write(tester, "good", "patching")
+    (tester.path / "broken.causalab.json").write_text("{not json")
     result = tester.runpytest()
-    assert result.ret == pytest.ExitCode.INTERRUPTED
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.assert_outcomes(passed=1, failed=2)
     result.stdout.fnmatch_lines([
-        "*ERROR collecting bad.causalab.json*",
-        "DocumentError in bad.causalab.json",
+        "DocumentError in bad.causalab.json::bad",
         "  at:   interventions.patching.writes.patch.pos",
         "  what: a position has exactly one cut*",
     ])
-    assert "Traceback" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["DocumentError in broken.causalab.json::broken", "*not valid JSON*"])
+    assert "Traceback" not in result.stdout.str() and "Interrupted" not in result.stdout.str()
 
 
 def test_an_expectation_naming_no_metric_is_refused_at_collection(tester):
+    """Refused without a model: the document is one failing item (collected as ``typo``)."""
     write(tester, "typo", "patching", expect=[{"result": "iaa", "mean": {">": 0}}])
-    result = tester.runpytest("--collect-only")
+    tester.runpytest("--collect-only", "-q").stdout.fnmatch_lines(["typo.causalab.json::typo"])
+    result = tester.runpytest()
+    result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["  at:   header.expect.0.result", "  what: no metric named 'iaa'",
                                  "  fix:  metrics here: ['iia', 'logit_diff']"])
 
@@ -399,6 +405,25 @@ def test_a_changed_experiment_fails_until_its_baseline_is_updated(tester):
                                  "the experiment changed since the baseline was recorded*"])
     tester.runpytest("--causalab-update-baselines=failing").assert_outcomes(passed=1, warnings=1)
     assert baseline(tester, "single") == stored
+
+
+@pytest.mark.parametrize("broken", ["{not json", '{"format": "causalab-baseline/0", "points": {}}', "[1, 2]",
+                                    '{"format": "causalab-baseline/1", "points": {"single": {"results": '
+                                    '{"iia": {"no_rows": 1}}}}}'])
+@pytest.mark.parametrize("flag", ["failing", "all"])
+def test_a_broken_baseline_is_refused_by_name_and_repaired_by_the_update_flag(tester, broken, flag):
+    write(tester, "single", "patching")
+    tester.runpytest().assert_outcomes(passed=1, warnings=1)
+    stored = baseline(tester, "single")
+    (tester.path / "baselines" / "single.json").write_text(broken)
+    result = tester.runpytest()
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["BaselineError in single.causalab.json::single",
+                                 "*single.json*", "*--causalab-update-baselines=all*"])
+    assert "Traceback" not in result.stdout.str() and "AttributeError" not in result.stdout.str()
+    tester.runpytest(f"--causalab-update-baselines={flag}").assert_outcomes(passed=1, warnings=1)
+    assert baseline(tester, "single") == stored
+    tester.runpytest().assert_outcomes(passed=1)
 
 
 def test_missing_baseline_fails_under_ci(tester, monkeypatch):
