@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
+from . import jsontext
 from .errors import DataError
 
 __all__ = [
@@ -316,10 +317,13 @@ def _parse(file: Path, path: str) -> tuple:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DataError(path, f"{file}:{lineno}: not valid JSON ({exc.msg} at column {exc.colno})",
-                            "write one JSON object per line (JSON Lines)") from None
+            row = jsontext.loads(line)
+        except jsontext.Problem as exc:
+            if exc.syntax is not None:
+                raise DataError(path, f"{file}:{lineno}: not valid JSON ({exc.syntax.msg} at column "
+                                f"{exc.syntax.colno})", "write one JSON object per line (JSON Lines)") from None
+            at = f" (at {exc.where})" if exc.where else ""
+            raise DataError(path, f"{file}:{lineno}: {exc.problem}{at}", exc.fix) from None
         if not isinstance(row, dict):
             raise DataError(path, f"{file}:{lineno}: row {len(rows)} is a JSON {_json_type(row)}, not an object",
                             'write one JSON object per line, e.g. {"input": "...", "label": "..."}')

@@ -6,7 +6,6 @@ reads its config and tokenizer (never its weights) and builds the plan tree.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -17,18 +16,33 @@ from .plan import sweep
 SUFFIX = ".causalab.json"
 
 
+MAX_DOCUMENT_BYTES = 16 << 20  # a document is a few kilobytes; data belongs in datasets
+
+
 def read(path: Union[str, Path]) -> dict:
+    from . import jsontext
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        size = path.stat().st_size
+        if size > MAX_DOCUMENT_BYTES:
+            raise DocumentError(str(path), f"the document is {size} bytes, over the limit of "
+                                f"{MAX_DOCUMENT_BYTES >> 20} MiB", "keep rows in a dataset, not in the document")
+        data = path.read_bytes()
     except OSError as err:
         raise DocumentError(str(path), f"cannot read the document ({err.strerror})",
                             "check the path") from None
     try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise DocumentError(f"{path}:{err.lineno}:{err.colno}", f"not valid JSON: {err.msg}",
-                            "fix the syntax at that line and column") from None
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise DocumentError(str(path), f"the document is not UTF-8 ({err.reason} at byte {err.start})",
+                            "save it as UTF-8") from None
+    try:
+        raw = jsontext.loads(text)
+    except jsontext.Problem as err:
+        if err.syntax is not None:  # path:line:column, as editors jump to it
+            raise DocumentError(f"{path}:{err.where}", err.problem, err.fix) from None
+        raise DocumentError(err.where or str(path), err.problem, err.fix) from None
     if not isinstance(raw, dict):
         raise DocumentError(str(path), "a document is a JSON object", "wrap it in { }")
     return raw

@@ -29,6 +29,7 @@ from __future__ import annotations
 import copy
 import itertools
 import json
+import math
 from dataclasses import dataclass, field
 
 from causalab_mini.errors import SweepError, join_path
@@ -108,6 +109,11 @@ def _values(key_path: tuple, wrapper: dict) -> tuple:
                              "write e.g. {\"range\": [0, 16]} for 0..15, as Python's range")
         if len(bounds) == 3 and bounds[2] == 0:
             raise SweepError(path, "range step is 0", "use a positive or negative step")
+        start, stop, step = (*bounds, 1) if len(bounds) == 2 else bounds
+        count = max(0, -((start - stop) // step))  # range's length, computed: len() overflows past 2**63
+        if count > MAX_POINTS:
+            raise SweepError(path, f"range {json.dumps(bounds)} has {count} values, over the limit of "
+                             f"{MAX_POINTS} points a document may have", "sweep a narrower range, or a step")
         values = tuple(range(*bounds))
         if not values:
             raise SweepError(path, f"range {json.dumps(bounds)} is empty",
@@ -208,6 +214,11 @@ def _set(doc, key_path: tuple, value) -> None:
     target[key_path[-1]] = value  # same key, so dict order is kept
 
 
+# The most points one document may lower to: each point is a document, validated and compiled
+# (milliseconds each) and, under pytest, an item. 10,000 is a 100 x 100 layer x position grid.
+MAX_POINTS = 10_000
+
+
 def lower(raw: dict) -> list[Point]:
     """One Point per combination of axis values; the first axis varies slowest."""
     if not isinstance(raw, dict):
@@ -216,6 +227,12 @@ def lower(raw: dict) -> list[Point]:
     if not collected:
         return [Point(None, copy.deepcopy(raw), ())]
     found = [axis for axis, _ in collected]
+    total = math.prod(len(a.values) for a in found)
+    if total > MAX_POINTS:
+        sizes = " x ".join(f"{a.name} {len(a.values)}" for a in found)
+        raise SweepError(found[0].paths[0], f"the sweep has {sizes} = {total} points, over the limit of "
+                         f"{MAX_POINTS} points a document may have",
+                         "split the document, or sweep fewer values per axis")
     points, names = [], {}
     for index in itertools.product(*(range(len(a.values)) for a in found)):
         doc = copy.deepcopy(raw)

@@ -1,0 +1,68 @@
+"""JSON text as documents and data rows are read: parsed, then held to what the project can use.
+
+Shared by ``documents.read`` and ``data``'s JSON Lines reader, which wrap a ``Problem``
+in their own typed refusal. Python's ``json`` accepts things that fail later and far
+away: nesting deep enough to exhaust the stack, integers past the interpreter's
+4,300-digit conversion limit, and ``"\\ud800"`` escapes that decode to lone surrogates,
+which no UTF-8 file or tokenizer can hold. Each is refused here, where the file is read.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+MAX_DEPTH = 64  # objects and arrays inside each other; a document is about six deep
+
+
+class Problem(ValueError):
+    """What is wrong with the text, and where (a JSON path like ``steps.score.rows``, or a line)."""
+
+    def __init__(self, problem: str, where: str = "", fix: str = "", syntax=None):
+        super().__init__(problem)
+        self.problem, self.where, self.fix = problem, where, fix
+        self.syntax = syntax  # the json.JSONDecodeError, when the text is not JSON at all
+
+
+def loads(text: str) -> Any:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise Problem(f"not valid JSON: {err.msg}", f"{err.lineno}:{err.colno}",
+                      "fix the syntax at that line and column", syntax=err) from None
+    except RecursionError:
+        raise Problem(f"nested deeper than {MAX_DEPTH} levels", "", "flatten the structure") from None
+    except ValueError as err:  # an integer past the interpreter's digit limit
+        raise Problem(f"a value cannot be read ({str(err).split(';')[0]})", "",
+                      "write numbers of ordinary size") from None
+    check(value)
+    return value
+
+
+def check(value: Any) -> None:
+    """Refuse nesting over ``MAX_DEPTH`` and strings that are not Unicode text (lone surrogates)."""
+    stack = [(value, (), 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            shown = _spelled(path[:6]) + f"… ({len(path)} deep)"
+            raise Problem(f"nested deeper than {MAX_DEPTH} levels", shown, "flatten the structure")
+        if isinstance(node, str):
+            _text(node, path)
+        elif isinstance(node, dict):
+            for key, child in node.items():
+                _text(key, path + (key,))
+                stack.append((child, path + (key,), depth + 1))
+        elif isinstance(node, list):
+            stack.extend((child, path + (i,), depth + 1) for i, child in enumerate(node))
+
+
+def _text(s: str, path: tuple) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise Problem(f"a string holds {s[err.start]!r}, half of a UTF-16 pair (a lone surrogate), "
+                      "which is not text", _spelled(path), "write the character itself, or its full pair") from None
+
+
+def _spelled(path: tuple) -> str:
+    return ".".join(str(p) for p in path)

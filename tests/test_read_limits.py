@@ -1,0 +1,75 @@
+"""What reading refuses, by name, before anything is expanded or compiled.
+
+Documents and data rows that Python's ``json`` would accept but that fail later and far
+away — nesting deep enough to exhaust the stack, integers past the interpreter's digit
+limit, lone surrogates, files in another encoding — and sweeps too large to lower.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from causalab_mini import data as data_mod
+from causalab_mini import documents
+from causalab_mini.errors import DataError, DocumentError, SweepError
+from causalab_mini.jsontext import MAX_DEPTH
+from causalab_mini.plan.sweep import MAX_POINTS
+from samples import patching_document
+
+HOSTILE = {
+    "deep": ("[" * 700 + "]" * 700).encode(),
+    "latin-1": '{"header": {"description": "café"}}'.encode("latin-1"),
+    "utf-16": "{}".encode("utf-16"),
+    "big integer": ('{"a": ' + "9" * 5000 + "}").encode(),
+    "lone surrogate": b'{"header": {"description": "\\ud800"}}',
+    "surrogate key": b'{"\\udfff": 1}',
+}
+WHAT = {"deep": f"nested deeper than {MAX_DEPTH} levels", "latin-1": "not UTF-8", "utf-16": "not UTF-8",
+        "big integer": "4300 digits", "lone surrogate": "lone surrogate", "surrogate key": "lone surrogate"}
+
+
+@pytest.mark.parametrize("kind", HOSTILE)
+def test_a_hostile_document_is_refused_at_read(tmp_path, kind):
+    path = tmp_path / "d.causalab.json"
+    path.write_bytes(HOSTILE[kind])
+    with pytest.raises(DocumentError, match=WHAT[kind]):
+        documents.read(path)
+
+
+@pytest.mark.parametrize("kind", [k for k in HOSTILE if k not in ("utf-16",)])
+def test_a_hostile_data_row_is_refused_at_read(tmp_path, kind):
+    folder = tmp_path / "data" / "set"
+    folder.mkdir(parents=True)
+    good = json.dumps({"input": "x"}).encode()
+    (folder / "train.jsonl").write_bytes(good + b"\n" + HOSTILE[kind].replace(b"\n", b" ") + b"\n")
+    with pytest.raises(DataError, match=WHAT[kind]) as caught:
+        data_mod.load("set/train", [tmp_path / "data"], path="steps.score.rows.base")
+    assert str(caught.value).startswith("steps.score.rows.base:")
+
+
+def test_the_cli_refuses_them_without_a_traceback(tmp_path):
+    import subprocess
+
+    from samples import cli_command
+
+    path = tmp_path / "d.causalab.json"
+    path.write_bytes(HOSTILE["deep"])
+    done = subprocess.run([*cli_command(), "validate", str(path)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.startswith("error: DocumentError:")
+    assert "Traceback" not in done.stderr
+
+
+def test_a_sweep_over_the_point_limit_is_refused_before_it_is_expanded():
+    raw = patching_document()
+    raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": {"range": [0, 2 ** 64]}}
+    with pytest.raises(SweepError, match=f"over the limit of {MAX_POINTS} points"):
+        documents.points(raw)
+    raw = patching_document()
+    raw["sites"]["target"]["layers"] = [{"sweep": {"range": [0, 200]}}]
+    raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": {"range": [-100, 0]}}
+    with pytest.raises(SweepError, match=r"= 20000 points, over the limit") as caught:
+        documents.points(raw)
+    assert "layers 200 x pos 100" in str(caught.value)
+    raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": {"range": [-10, 0]}}
+    assert len(documents.points(raw)) == 2000  # under the limit: lowered
