@@ -187,6 +187,9 @@ class Where:
         if scope is not None:
             if not isinstance(scope, dict) or set(scope) - {"variable", "segment"}:
                 raise ValueError('scope is {"variable": name} and/or {"segment": name}')
+            for key in ("variable", "segment"):
+                if key in scope and not (isinstance(scope[key], str) and scope[key]):
+                    raise ValueError(f'scope {key} is a name (a non-empty string), not {scope[key]!r}')
             scope = Anchor(variable=scope.get("variable"), segment=scope.get("segment"))
         for cut in ("index", "last"):
             v = value.get(cut)

@@ -73,3 +73,37 @@ def test_a_sweep_over_the_point_limit_is_refused_before_it_is_expanded():
     assert "layers 200 x pos 100" in str(caught.value)
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": {"range": [-10, 0]}}
     assert len(documents.points(raw)) == 2000  # under the limit: lowered
+
+
+def _save(file_path):
+    return lambda raw: raw["steps"]["score"].__setitem__("saves", [{"value": "iia", "file_path": file_path}])
+
+
+def _pos(pos):
+    return lambda raw: raw["interventions"]["patching"]["writes"]["patch"].__setitem__("pos", pos)
+
+
+@pytest.mark.parametrize("edit, where, what", [
+    (_save("a\0b.json"), "steps.score.saves.0.file_path", "NUL"),
+    (_save("a" * 300 + ".json"), "steps.score.saves.0.file_path", "over 255 bytes"),
+    (_save("run.json"), "steps.score.saves.0.file_path", "the run's own record"),
+    (lambda r: r["model"].__setitem__("key", "m" * 300), "model.key", "over 255 bytes"),
+    (lambda r: r["model"].__setitem__("key", "tiny\0llama"), "model.key", "NUL"),
+    (lambda r: r["steps"]["score"]["rows"].__setitem__("base", "w" * 300 + "/train"),
+     "steps.score.rows.base", "over 255 bytes"),
+    (lambda r: r["steps"]["score"]["rows"].__setitem__("base", "week\0days/train"), "steps.score.rows.base", "NUL"),
+    (lambda r: r["sites"]["target"].__setitem__("layers", [True]), "sites.target.layers.0", "valid integer"),
+    (lambda r: r["sites"]["target"].__setitem__("layers", ["0"]), "sites.target.layers.0", "valid integer"),
+    (lambda r: r["sites"]["target"].__setitem__("units", [1.0]), "sites.target.units.0", "valid integer"),
+    (_pos({"index": -1, "scope": {"segment": 2}}), "interventions.patching.writes.patch.pos", "not 2"),
+    (_pos({"index": -1, "scope": {"variable": []}}), "interventions.patching.writes.patch.pos", "not []"),
+    (lambda r: r.__setitem__("featurizers", {"f": {"kind": "pca", "site": "target", "file_path": "/etc/passwd"}}),
+     "featurizers.f.file_path", "not a .safetensors file"),
+])
+def test_names_and_types_are_refused_at_their_path_before_any_file_is_touched(edit, where, what):
+    raw = patching_document()
+    edit(raw)
+    with pytest.raises(DocumentError) as caught:
+        documents.points(raw)
+        documents.compile_plan(raw, models=[], data=[])  # the dataset checks come with the compile
+    assert str(caught.value).startswith(f"{where}:") and what in str(caught.value), str(caught.value)

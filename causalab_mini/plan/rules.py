@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
+from .. import names
 from ..errors import DocumentError
 from ..vocab import COMPONENTS, METRICS, VOCAB_WIDE
 
@@ -172,6 +173,10 @@ def _check_frame(ipath: str, path: str, iv, where, *, write: bool, name: str) ->
 def _check_rows(spec: "Spec", path: str, rows: dict, iv, iv_name: str) -> None:
     for role, ref in rows.items():
         _known(f"{path}.{role}", "role", role, spec.roles)
+        wrong = names.problem(ref)
+        if wrong:
+            raise DocumentError(f"{path}.{role}", f"dataset reference {ref[:80]!r} {wrong}",
+                                'write "name/split", e.g. "weekdays/train"')
         if ref.count("/") != 1 or not all(ref.split("/")):
             raise DocumentError(f"{path}.{role}", f"{ref!r} is not a dataset reference",
                                 "write \"name/split\", e.g. \"weekdays/train\"")

@@ -15,9 +15,10 @@ import json
 from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
-                      ValidationError, ValidationInfo, WithJsonSchema, field_validator,
+                      StrictInt, ValidationError, ValidationInfo, WithJsonSchema, field_validator,
                       model_validator)
 
+from .. import names
 from ..errors import CausalabError, DocumentError
 from .expect import Expectation
 from ..shapes import Where
@@ -113,6 +114,9 @@ class ModelRef(_Strict):
                 f"{key!r} is an absolute path; a document names its model portably — a path "
                 "relative to the document, a name under the model search path (--models, "
                 "CAUSALAB_MODELS), or a hub id")
+        wrong = names.problem(key, relative=False)
+        if wrong:
+            raise ValueError(f"model key {key[:80]!r} {wrong}")
         return key
 
     @property
@@ -127,9 +131,10 @@ class Role(_Strict):
 class Site(_Strict):
     component: Literal[tuple(COMPONENTS)]  # type: ignore[valid-type]
     # validate_default: a missing "layers" is refused at sites.<name>.layers, not at the site.
-    layers: Optional[list[int]] = Field(None, validate_default=True)
-    heads: Optional[list[int]] = None
-    units: Optional[list[int]] = None
+    # Strict: true, "1" and 1.0 are not layer indices (pydantic's lax mode would take them).
+    layers: Optional[list[StrictInt]] = Field(None, validate_default=True)
+    heads: Optional[list[StrictInt]] = None
+    units: Optional[list[StrictInt]] = None
 
     # Field validators (not one model validator) so each refusal names its own field:
     # sites.<name>.layers / .heads / .units. ``component`` is declared first, so it is in
@@ -182,6 +187,18 @@ class Featurizer(_Strict):
     seed: int = 0
     file_path: Optional[str] = None
     start: Optional[float] = Field(None, description="gate: the initial θ of every unit (default 0).")
+
+    @field_validator("file_path")
+    @classmethod
+    def _loadable(cls, path: Optional[str]) -> Optional[str]:
+        # Relative to the document, and it may reach a sibling folder (../artifacts/...).
+        wrong = names.problem(path, relative=False) if path is not None else None
+        if wrong:
+            raise ValueError(f"{path[:80]!r} {wrong}")
+        if path is not None and not path.endswith(".safetensors"):
+            raise ValueError(f"{path!r} is not a .safetensors file; featurizer weights load from "
+                             "safetensors only (never pickle)")
+        return path
 
     @model_validator(mode="after")
     def _kind_fields(self) -> "Featurizer":
@@ -328,6 +345,9 @@ def _output(value: Any) -> Any:
     return {"read": value} if isinstance(value, str) else value
 
 
+RESERVED = ("run.json", "document.json")  # what every run writes at its root
+
+
 class Save(_Strict):
     value: str
     file_path: str
@@ -337,9 +357,11 @@ class Save(_Strict):
     @field_validator("file_path")
     @classmethod
     def _relative(cls, path: str) -> str:
-        parts = path.replace("\\", "/").split("/")
-        if path.startswith(("/", "~")) or ".." in parts or not path:
-            raise ValueError(f"{path!r} must be a relative path inside the run's directory")
+        wrong = names.problem(path)
+        if wrong:
+            raise ValueError(f"{path[:80]!r} {wrong}; a save is a relative path inside the run's directory")
+        if path in RESERVED:
+            raise ValueError(f"{path!r} is the run's own record, written beside every run; save under another name")
         if not path.endswith((".json", ".safetensors")):
             raise ValueError(f"{path!r}: a metric saves as .json, a tensor as .safetensors")
         return path
