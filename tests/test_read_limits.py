@@ -7,6 +7,7 @@ limit, lone surrogates, files in another encoding — and sweeps too large to lo
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -17,6 +18,7 @@ from causalab_mini.jsontext import MAX_DEPTH
 from causalab_mini.plan.sweep import MAX_POINTS
 from samples import patching_document
 
+ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = {
     "deep": ("[" * 700 + "]" * 700).encode(),
     "latin-1": '{"header": {"description": "café"}}'.encode("latin-1"),
@@ -107,3 +109,29 @@ def test_names_and_types_are_refused_at_their_path_before_any_file_is_touched(ed
         documents.points(raw)
         documents.compile_plan(raw, models=[], data=[])  # the dataset checks come with the compile
     assert str(caught.value).startswith(f"{where}:") and what in str(caught.value), str(caught.value)
+
+
+def _das(edit):
+    def apply(raw):
+        fit = json.loads((ROOT / "documents" / "v2" / "das.causalab.json").read_text())
+        raw.clear()
+        raw.update(fit)
+        edit(raw)
+    return apply
+
+
+def _fit_step(raw):
+    return next(s for s in raw["steps"].values() if s["kind"] == "fit")
+
+
+@pytest.mark.parametrize("edit, what", [
+    (_das(lambda r: _fit_step(r).__setitem__("params", [])), "lists none"),
+    (_das(lambda r: _fit_step(r).__setitem__("epochs", 10 ** 9)), "less than or equal to 1000"),
+    (_das(lambda r: _fit_step(r).__setitem__("seed", 2 ** 63)), "less than 9223372036854775808"),
+    (_das(lambda r: _fit_step(r).__setitem__("seed", -1)), "greater than or equal to 0"),
+])
+def test_a_fit_that_cannot_train_or_would_not_end_is_refused_before_it_is_compiled(edit, what):
+    raw = patching_document()
+    edit(raw)
+    with pytest.raises(DocumentError, match=what):
+        documents.points(raw)

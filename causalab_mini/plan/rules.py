@@ -263,11 +263,15 @@ def _check_saves(sp: str, step, iv) -> None:
 def _check_fit(spec: "Spec", sp: str, step, iv) -> None:
     if step.held_out is not None:
         _check_rows(spec, f"{sp}.held_out", step.held_out, iv, step.interventions)
+    if not step.params:
+        raise DocumentError(f"{sp}.params", "a fit trains the featurizers its params list, and this one "
+                            "lists none", "name the subspace or gate featurizers to train")
     for i, name in enumerate(step.params):
         _known(f"{sp}.params.{i}", "featurizer", name, spec.featurizers)
-        if spec.featurizers[name].kind == "pca":
-            raise DocumentError(f"{sp}.params.{i}", f"{name!r} is a pca: its basis is loaded, "
-                                "never trained", "fit a subspace instead")
+        kind = spec.featurizers[name].kind
+        if kind in ("pca", "sae", "linear"):
+            raise DocumentError(f"{sp}.params.{i}", f"{name!r} is a {kind}: its weights are loaded, "
+                                "never trained", "fit a subspace or a gate instead")
     if not step.objective:
         raise DocumentError(f"{sp}.objective", "a fit needs an objective",
                             "write [[1.0, \"<metric>\"]]")

@@ -184,7 +184,7 @@ class Featurizer(_Strict):
     kind: Literal[tuple(FEATURIZER_KINDS)]  # type: ignore[valid-type]
     site: str
     k: Optional[int] = Field(None, ge=1)
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)  # torch's generator takes a 64-bit seed
     file_path: Optional[str] = None
     start: Optional[float] = Field(None, description="gate: the initial θ of every unit (default 0).")
 
@@ -345,6 +345,7 @@ def _output(value: Any) -> Any:
     return {"read": value} if isinstance(value, str) else value
 
 
+MAX_EPOCHS = 1000  # each epoch's passes are compiled up front; more is a schedule the plan does not hold
 RESERVED = ("run.json", "document.json")  # what every run writes at its root
 
 
@@ -393,10 +394,11 @@ class FitStep(_Strict):
     held_out: Optional[dict[str, str]] = None
     params: list[str]
     objective: list[tuple[float, str]]
-    epochs: int = Field(1, ge=1)
+    # Bounded: a fit's epochs are compiled up front, one pass per update.
+    epochs: int = Field(1, ge=1, le=MAX_EPOCHS)
     batch_size: int = Field(32, ge=1)
     lr: float = Field(1e-3, gt=0)
-    seed: int = 0
+    seed: int = Field(0, ge=0, lt=2**63)  # torch's generator takes a 64-bit seed
     early_stop: Optional[EarlyStop] = None
     anneal: dict[str, Anneal] = Field(default_factory=dict)
     saves: list[Save] = Field(default_factory=list)
