@@ -135,3 +135,19 @@ def test_a_fit_that_cannot_train_or_would_not_end_is_refused_before_it_is_compil
     edit(raw)
     with pytest.raises(DocumentError, match=what):
         documents.points(raw)
+
+
+@pytest.mark.parametrize("content", [b"\xff" * 8 + b"garbage", b"\x80\x04\x95" + b"pickle" * 10,
+                                     (2).to_bytes(8, "little") + b"[]"])
+def test_a_featurizer_file_that_is_not_safetensors_is_refused_by_name(tmp_path, content):
+    """A renamed pickle or garbage under a .safetensors name: refused, its declared length never allocated."""
+    from causalab_mini.errors import CompileError
+
+    raw = json.loads((ROOT / "documents" / "v2" / "das_apply.causalab.json").read_text())
+    feat = next(iter(raw["featurizers"]))
+    (tmp_path / "fake.safetensors").write_bytes(content)
+    raw["featurizers"][feat]["file_path"] = "fake.safetensors"
+    with pytest.raises(CompileError, match="is not a safetensors file") as caught:
+        documents.compile_plan(raw, document=tmp_path / "d.causalab.json", models=[ROOT / "documents" / "models"],
+                               data=[ROOT / "documents" / "data"])
+    assert str(caught.value).startswith(f"featurizers.{feat}.file_path:")

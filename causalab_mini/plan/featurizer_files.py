@@ -15,10 +15,22 @@ from ..errors import CompileError
 BASIS_TENSOR = {"subspace": "weight", "pca": "Q", "sae": "W_enc", "linear": "W_enc", "gate": "theta"}
 
 
+MAX_HEADER_BYTES = 100_000_000  # safetensors' own bound on a header
+
+
 def header(path: Path) -> dict:
+    """The header of a safetensors file, checked to be one before its declared length is trusted:
+    a renamed pickle or any other file would have its first 8 bytes read as a length to allocate."""
+    size = Path(path).stat().st_size
     with open(path, "rb") as fh:
         (length,) = struct.unpack("<Q", fh.read(8))
-        return json.loads(fh.read(length))
+        if length > min(size - 8, MAX_HEADER_BYTES):
+            raise ValueError(f"its first 8 bytes declare a {length}-byte header in a {size}-byte file")
+        meta = json.loads(fh.read(length))
+    if not isinstance(meta, dict) or not all(
+            isinstance(v, dict) and isinstance(v.get("shape"), list) for k, v in meta.items() if k != "__metadata__"):
+        raise ValueError("its header is not a map of tensor names to dtype, shape and offsets")
+    return meta
 
 
 # What a bundle's header must agree with the loading document on, when it says at all.
