@@ -6,6 +6,7 @@ limit, lone surrogates, files in another encoding — and sweeps too large to lo
 """
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
@@ -151,3 +152,16 @@ def test_a_featurizer_file_that_is_not_safetensors_is_refused_by_name(tmp_path, 
         documents.compile_plan(raw, document=tmp_path / "d.causalab.json", models=[ROOT / "documents" / "models"],
                                data=[ROOT / "documents" / "data"])
     assert str(caught.value).startswith(f"featurizers.{feat}.file_path:")
+
+
+def test_two_steps_saving_one_file_are_refused_at_validation():
+    raw = patching_document()
+    raw["steps"]["again"] = copy.deepcopy(raw["steps"]["score"])
+    with pytest.raises(DocumentError) as caught:
+        documents.points(raw)
+    assert str(caught.value).startswith("steps.again.saves.0.file_path:") and "steps.score.saves.0" in str(caught.value)
+    raw = patching_document()
+    raw["steps"]["score"]["saves"] = [{"value": "iia", "file_path": "a.json"},
+                                      {"value": "logit_diff", "file_path": "a.json/b.json"}]
+    with pytest.raises(DocumentError, match="needs a folder 'a.json'"):
+        documents.points(raw)

@@ -36,6 +36,27 @@ def check_spec(spec: "Spec") -> None:
     for name, iv in spec.interventions.items():
         _check_intervention(spec, f"interventions.{name}", iv)
     _check_steps(spec)
+    _check_save_paths(spec)
+
+
+def _check_save_paths(spec: "Spec") -> None:
+    """Every file a run writes has one place: no two steps save one file, and no save's file is a
+    folder another save needs (``a.json`` beside ``a.json/b.json``)."""
+    owner: dict[str, str] = {}
+    for sname, step in spec.steps.items():
+        for i, save in enumerate(getattr(step, "saves", ())):
+            where = f"steps.{sname}.saves.{i}.file_path"
+            if save.file_path in owner:
+                raise DocumentError(where, f"{save.file_path!r} is also saved at {owner[save.file_path]}",
+                                    "give each save its own file_path")
+            owner[save.file_path] = where
+    for path, where in owner.items():
+        parts = path.split("/")
+        for depth in range(1, len(parts)):
+            folder = "/".join(parts[:depth])
+            if folder in owner:
+                raise DocumentError(where, f"{path!r} needs a folder {folder!r}, which {owner[folder]} "
+                                    "saves as a file", "give one of them another file_path")
 
 
 def _check_featurizer_use(spec: "Spec", path: str, featurizer, site: str) -> None:
