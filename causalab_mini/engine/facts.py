@@ -13,14 +13,13 @@ from typing import Any, Mapping, Optional
 from ..errors import CompileError
 from ..plan.plan import Address
 from ..vocab import BEFORE_LAYERS, COMPONENTS
-from .families import FAMILIES, Layout, OutputTransform, layout_for
+from .families import FAMILIES, UNKNOWN, Layout, OutputTransform, layout_for
 
 ENGINES = ("nnterp", "hooks")
 # Found through transformers' own published accessors (get_input_embeddings, get_output_embeddings,
 # the output's .logits), so they need no family layout.
 PUBLISHED = frozenset({"embeddings", "lm_head", "logits"})
 QKV = frozenset({"attention_query", "attention_key", "attention_value"})
-_DEFAULT = Layout(family="", layers="", ln_final="", ports={})
 
 
 @dataclass(frozen=True)
@@ -52,7 +51,7 @@ class ModelFacts:
         if modules is not None and hasattr(modules, "model_dump"):
             modules = modules.model_dump()
         layout = layout_for(config.model_type, modules)
-        d_mlp = (layout or _DEFAULT).d_mlp(text, d_model)
+        d_mlp = (layout or UNKNOWN).d_mlp(text, d_model)
         transform = layout.output_transform(text) if layout else OutputTransform()
         return cls(
             key=key, revision=revision, family=config.model_type,

@@ -59,12 +59,6 @@ class OutputTransform:
     divide: Optional[float] = None  # Granite: logits / logits_scaling
     softcap: Optional[float] = None  # Gemma-2/3: tanh(logits / c) * c
 
-    def spelling(self) -> str:
-        parts = [f"* {self.multiply}" if self.multiply is not None else "",
-                 f"/ {self.divide}" if self.divide is not None else "",
-                 f"softcap {self.softcap}" if self.softcap else ""]
-        return ", ".join(p for p in parts if p) or "none"
-
 
 @dataclass(frozen=True)
 class Layout:
@@ -82,7 +76,6 @@ class Layout:
     attention_call: bool = True
     # attention_probs: nnterp's route to the pattern passes its own load-time check here
     attention_pattern: bool = True
-    moe: bool = False
     # An image-text model whose text half runs text documents (loaded by its own class, handed to nnterp)
     multimodal: bool = False
     # config -> {component: (problem, fix)}: what a checkpoint's own config rules out
@@ -150,7 +143,7 @@ def _llama_like(family: str, **extra) -> Layout:
 def _moe(family: str) -> Layout:
     return Layout(family=family, layers="model.layers", ln_final="model.norm",
                   ports={k: v for k, v in _LLAMA_PORTS.items() if k != "mlp_hidden"},
-                  absent={"mlp_hidden": MOE_HIDDEN}, moe=True)
+                  absent={"mlp_hidden": MOE_HIDDEN})
 
 
 def _opt_variant(config) -> dict:
@@ -254,6 +247,11 @@ def custom_layout(modules: Mapping[str, str], family: str) -> Layout:
                                 'add "mlp_projection": "<mlp>.<down projection>"')
     return Layout(family=f"{family} (model.modules)", layers=modules["layers"], ln_final=modules["ln_final"],
                   ports=ports, absent=absent, attention_call=False, attention_pattern=False)
+
+
+# The config-reading rules for a family no table knows: its MLP width is ``intermediate_size``,
+# else 4·d_model. It addresses nothing: a module of an unknown family is refused by name.
+UNKNOWN = Layout(family="", layers="", ln_final="", ports={})
 
 
 def layout_for(model_type: str, modules: Optional[Mapping[str, str]] = None) -> Optional[Layout]:

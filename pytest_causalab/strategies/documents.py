@@ -139,9 +139,9 @@ def _bounds(model_dir: Path) -> dict:
 
 
 def _layout(config: dict):
-    from causalab_mini.engine.families import FAMILIES, Layout
+    from causalab_mini.engine.families import UNKNOWN, layout_for
 
-    return FAMILIES.get(config.get("model_type")) or Layout(family="", layers="", ln_final="", ports={})
+    return layout_for(config.get("model_type")) or UNKNOWN
 
 
 def model_bounds(model: str = "tiny-llama", *, models=None) -> dict:
