@@ -483,7 +483,8 @@ def _as_text(value: Any) -> Optional[str]:
         return value
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
-    raise TypeError(_json_type(value))
+    kind = _json_type(value)
+    raise TypeError(("an " if kind[0] in "ao" else "a ") + kind)
 
 
 def variable_text(row: dict, field: str, variable: str, *, path: str = "",
@@ -501,7 +502,7 @@ def variable_text(row: dict, field: str, variable: str, *, path: str = "",
         return _as_text(value)
     except TypeError as exc:
         place = f"{variables_field(field)}.{variable}" if where == "sibling" else f"column {variable!r}"
-        raise DataError(path, f"{_row_name(row_index)}: variable {variable!r} ({place}) is a {exc}, "
+        raise DataError(path, f"{_row_name(row_index)}: variable {variable!r} ({place}) is {exc}, "
                               "not text an anchor can search the prompt for",
                         "give the variable a string value (the text as it appears in the prompt)") from None
 
@@ -534,13 +535,23 @@ def check_variable(ds: Dataset, field: str, variable: str, *, path: str = "") ->
 
 
 def column_values(ds: Dataset, column: str, *, path: str = "") -> tuple:
-    """Each row's value of a top-level column; ``None`` where the row's value is null or absent
-    (a null answer is an excluded measurement). A column no row has is refused."""
+    """Each row's answer text in a top-level column; ``None`` where the row's value is null or
+    absent (a null answer is an excluded measurement). A column no row has is refused, and so
+    is a value that is not text or a number: a list or an object has no one spelling to score
+    (``str`` would make ``"[' Friday']"`` of it)."""
     if column not in ds.columns:
         fix = _did_you_mean(column, ds.columns)
         raise DataError(path, f"{ds.ref} has no column {column!r} (columns: {', '.join(ds.columns)})",
                         (fix + "; " if fix else "") + "name one of the columns")
-    return tuple(row.get(column) for row in ds.rows)
+    values = []
+    for i, row in enumerate(ds.rows):
+        try:
+            values.append(_as_text(row.get(column)))
+        except TypeError as exc:
+            raise DataError(path, f"{ds.ref} {_row_name(i)}: column {column!r} holds {exc}, not an "
+                                  "answer's text", "give each row's answer as a string (or null to "
+                                  "leave the row out)") from None
+    return tuple(values)
 
 
 def _did_you_mean(word: str, choices: Iterable) -> str:

@@ -66,3 +66,9 @@ def _text(s: str, path: tuple) -> None:
 
 def _spelled(path: tuple) -> str:
     return ".".join(str(p) for p in path)
+
+
+def array_as_tuple(value: Any) -> Any:
+    """A JSON array where a model field is a fixed-length tuple (a ``(weight, term)`` pair,
+    ``[low, high]``): pydantic's strict mode takes only a real tuple there, and JSON has none."""
+    return tuple(value) if isinstance(value, list) else value

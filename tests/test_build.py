@@ -20,6 +20,7 @@ from causalab_mini.engine import loading
 from causalab_mini.errors import CompileError, DataError, ModelError, PlanError
 from causalab_mini.plan.explain import explain
 from causalab_mini.plan.plan import Fit, Observe, Plan
+from causalab_mini.plan.spec import MAX_EPOCHS
 from samples import patching_document
 
 REPO = Path(__file__).resolve().parents[1]
@@ -485,6 +486,33 @@ def test_another_seed_is_another_order(tmp_path):
     assert [[u.example_ids for u in e] for e in one.epochs] != [[u.example_ids for u in e] for e in two.epochs]
     assert [[u.example_ids for u in e] for e in two.epochs] == [
         [tuple(str(i) for i in b) for b in e] for e in _seed_batches(30, 3, 8, 8)]
+
+
+def test_a_fit_is_compiled_as_a_count_and_a_schedule_not_n_copies(tmp_path, monkeypatch):
+    """Compiling a fit of the most epochs tokenizes exactly what a one-epoch fit does (epoch 0,
+    to check every row); a later epoch is compiled when asked for, in the seed's order."""
+    import causalab_mini.plan.build as build
+
+    calls = []
+    real = build.tokenize_rows
+    monkeypatch.setattr(build, "tokenize_rows", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    one = fit_doc()
+    one["steps"]["fit"]["epochs"] = 1
+    compile_doc(one, tmp_path, name="one")
+    per_epoch, calls[:] = len(calls), []
+    many = fit_doc()
+    many["steps"]["fit"]["epochs"] = MAX_EPOCHS
+    plan = compile_doc(many, tmp_path, name="many")
+    fit = plan.step("fit", Fit)
+    assert len(calls) == per_epoch
+    assert len(fit.epochs) == MAX_EPOCHS and fit.epochs.updates == 4
+    text = explain(plan)
+    assert f"fit: Fit  {MAX_EPOCHS} epochs x 4 updates" in text and f"… {MAX_EPOCHS * 4 - 1} more updates" in text
+    # Epoch 41, asked for out of order, is the seed's 41st shuffle; asking backwards replays it.
+    expected = _seed_batches(30, 42, 8, 7)
+    for e in (41, 3, 41):
+        assert [u.example_ids for u in fit.epochs[e]] == [tuple(str(i) for i in b) for b in expected[e]]
+    assert fit.epochs[41] is fit.epochs[41], "the epoch an engine is on keeps the results written on it"
 
 
 def test_a_subspace_wider_than_its_site_is_refused(tmp_path):

@@ -95,9 +95,11 @@ def _pos(pos):
     (lambda r: r["steps"]["score"]["rows"].__setitem__("base", "w" * 300 + "/train"),
      "steps.score.rows.base", "over 255 bytes"),
     (lambda r: r["steps"]["score"]["rows"].__setitem__("base", "week\0days/train"), "steps.score.rows.base", "NUL"),
-    (lambda r: r["sites"]["target"].__setitem__("layers", [True]), "sites.target.layers.0", "valid integer"),
-    (lambda r: r["sites"]["target"].__setitem__("layers", ["0"]), "sites.target.layers.0", "valid integer"),
-    (lambda r: r["sites"]["target"].__setitem__("units", [1.0]), "sites.target.units.0", "valid integer"),
+    (lambda r: r["sites"]["target"].__setitem__("layers", [True]), "sites.target.layers.0", "expected an integer, not true"),
+    (lambda r: r["sites"]["target"].__setitem__("layers", ["0"]), "sites.target.layers.0",
+     'expected an integer, not "0"; write 0 without quotes'),
+    (lambda r: r["sites"]["target"].__setitem__("units", [1.0]), "sites.target.units.0",
+     "expected an integer, not 1.0; write 1"),
     (_pos({"index": -1, "scope": {"segment": 2}}), "interventions.patching.writes.patch.pos", "not 2"),
     (_pos({"index": -1, "scope": {"variable": []}}), "interventions.patching.writes.patch.pos", "not []"),
     (lambda r: r.__setitem__("featurizers", {"f": {"kind": "pca", "site": "target", "file_path": "/etc/passwd"}}),
@@ -127,7 +129,7 @@ def _fit_step(raw):
 
 @pytest.mark.parametrize("edit, what", [
     (_das(lambda r: _fit_step(r).__setitem__("params", [])), "lists none"),
-    (_das(lambda r: _fit_step(r).__setitem__("epochs", 10 ** 9)), "less than or equal to 1000"),
+    (_das(lambda r: _fit_step(r).__setitem__("epochs", 10 ** 9)), "less than or equal to 100000"),
     (_das(lambda r: _fit_step(r).__setitem__("seed", 2 ** 63)), "less than 9223372036854775808"),
     (_das(lambda r: _fit_step(r).__setitem__("seed", -1)), "greater than or equal to 0"),
 ])
@@ -136,6 +138,74 @@ def test_a_fit_that_cannot_train_or_would_not_end_is_refused_before_it_is_compil
     edit(raw)
     with pytest.raises(DocumentError, match=what):
         documents.points(raw)
+
+
+def _expect(threshold):
+    return lambda r: r["header"].__setitem__("expect", [{"result": "iia", "mean": threshold}])
+
+
+@pytest.mark.parametrize("edit, where, what", [
+    # pydantic's lax mode would take each of these; the project's types are JSON's, strictly.
+    (_das(lambda r: _fit_step(r).__setitem__("lr", "0.01")), "steps.fit.lr",
+     'expected a number, not "0.01"; write 0.01 without quotes'),
+    (_das(lambda r: _fit_step(r).__setitem__("epochs", "3")), "steps.fit.epochs",
+     'expected an integer, not "3"; write 3 without quotes'),
+    (_das(lambda r: _fit_step(r).__setitem__("batch_size", True)), "steps.fit.batch_size",
+     "expected an integer, not true; write an integer"),
+    (_das(lambda r: _fit_step(r).__setitem__("seed", 7.0)), "steps.fit.seed", "expected an integer, not 7.0; write 7"),
+    (_das(lambda r: _fit_step(r).__setitem__("objective", [["1.0", "ce"]])), "steps.fit.objective.0.0",
+     'expected a number, not "1.0"'),
+    (_das(lambda r: _fit_step(r).__setitem__("objective", [[1.0, 5]])), "steps.fit.objective.0.1",
+     "expected a string, not 5"),
+    (_das(lambda r: r["featurizers"]["rot"].__setitem__("k", "4")), "featurizers.rot.k", 'expected an integer, not "4"'),
+    (lambda r: r["model"].__setitem__("key", 7), "model.key", "expected a string, not 7"),
+    (lambda r: r["steps"]["score"]["saves"][0].__setitem__("file_path", ["iia.json"]),
+     "steps.score.saves.0.file_path", "expected a string, not an array"),
+    (_expect({"between": ["0", "1"]}), "header.expect.0.mean.between.0", 'expected a number, not "0"'),
+    (_expect({">": True}), "header.expect.0.mean.>", "a threshold is a number, not a boolean"),
+    (_expect("0.5"), "header.expect.0.mean", "a threshold is a number or one comparison"),
+])
+def test_quoted_numbers_and_booleans_are_refused_where_a_number_goes(edit, where, what):
+    raw = patching_document()
+    edit(raw)
+    with pytest.raises(DocumentError) as caught:
+        documents.points(raw)
+    assert str(caught.value).startswith(f"{where}: {what}"), str(caught.value)
+
+
+def test_strictness_keeps_what_json_means():
+    """An integer is a number (lr 1), and a pair or a range is a JSON array."""
+    raw = patching_document()
+    _das(lambda r: _fit_step(r).update(lr=1, objective=[[1, "ce"]]))(raw)
+    raw["header"]["expect"] = [{"result": "iia", "mean": {"between": [0, 1]}}]
+    (point,) = documents.points(raw)
+    assert point.spec.steps["fit"].lr == 1.0 and point.spec.steps["fit"].objective == [(1.0, "ce")]
+
+
+def test_a_protocol_document_is_as_strict():
+    raw = json.loads((ROOT / "documents" / "protocol" / "pos_sweep.causalab.json").read_text())
+    raw["method"]["decode"] = "3"
+    with pytest.raises(DocumentError) as caught:
+        documents.points(raw)
+    assert str(caught.value).startswith('method.decode: expected an integer, not "3"; write 3 without quotes')
+
+
+@pytest.mark.parametrize("answer, what", [([" Friday"], "an array"), ({"text": " Friday"}, "an object"),
+                                          (True, "a boolean")])
+def test_an_answer_that_is_not_text_is_refused_naming_the_row(tmp_path, answer, what):
+    """``str`` would score a list as the text "[' Friday']"; a number is an answer's digits."""
+    rows = [json.loads(line) for line in
+            (ROOT / "documents" / "data" / "weekdays" / "train.jsonl").read_text().splitlines()]
+    rows[2]["cf_answer"] = answer
+    folder = tmp_path / "data" / "weekdays"
+    folder.mkdir(parents=True)
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    from causalab_mini.errors import DataError
+
+    with pytest.raises(DataError) as caught:
+        documents.compile_plan(patching_document(), models=[ROOT / "documents" / "models"], data=[tmp_path / "data"])
+    assert str(caught.value).startswith("interventions.patching.metrics.iia.expected: weekdays/train row 2: "
+                                        f"column 'cf_answer' holds {what}, not an answer's text"), str(caught.value)
 
 
 @pytest.mark.parametrize("content", [b"\xff" * 8 + b"garbage", b"\x80\x04\x95" + b"pickle" * 10,

@@ -78,9 +78,9 @@ def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
     # No weight decay: the objective is the only pressure on the parameters (a gate's
     # sparsity is its explicit ``<gate>.mask`` term, with the weight the document gives).
     optimizer = torch.optim.AdamW(params, lr=step.lr, weight_decay=0.0)
-    total = sum(len(e) for e in step.epochs)
+    total = len(step.epochs) * step.epochs.updates
     anneal = {g: (a, b) for g, a, b in step.anneal}
-    losses, curves, best, stale, u = [], {}, None, 0, 0
+    losses, update_losses, curves, best, stale, u = [], [], {}, None, 0, 0
     best_state = best_results = None
     for e, epoch in enumerate(step.epochs):
         epoch_loss = []
@@ -105,6 +105,7 @@ def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
                                   "lower lr, or check the objective's terms")
             update.results["loss"] = loss.detach().cpu()
             epoch_loss.append(loss.item())
+            update_losses.append(loss.item())
             u += 1
         losses.append(sum(epoch_loss) / len(epoch_loss))
         means = _held_out(engine, step, state, e, batch_size)
@@ -142,6 +143,7 @@ def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
     # the updates' rows when there are none), and each trained gate's kept units — the
     # curves to plot a fit by.
     step.results["loss"] = torch.tensor(losses)
+    step.results["update_loss"] = torch.tensor(update_losses)  # every update's objective, in order
     for name, curve in curves.items():
         step.results[name] = torch.tensor(curve)
     step.results["epochs"] = torch.tensor(len(losses))

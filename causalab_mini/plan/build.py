@@ -8,7 +8,6 @@ returns is strings, integers and tuples.
 """
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
@@ -19,7 +18,7 @@ from ..ops import locate
 from ..vocab import METRICS
 from . import sweep
 from .chat import render_row
-from .plan import (Address, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,
+from .plan import (Address, Epochs, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,
                    OutputSpec, Plan, ReadOp, SaveSpec, Tap, Weights, WriteOp)
 from .rules import ORIGINAL
 from .spec import FitStep, ObserveStep, Ref, Spec, WeightsStep
@@ -157,14 +156,10 @@ class _PointCompiler:
         path = f"steps.{sname}"
         loaded = self._datasets(f"{path}.rows", step.rows)
         n = len(next(iter(loaded.values())).rows)
-        rng = random.Random(step.seed)  # the seed's order, decided here so a fit replays exactly
-        epochs = []
-        for e in range(step.epochs):
-            order = list(range(n))
-            rng.shuffle(order)
-            batches = [sorted(order[i:i + step.batch_size]) for i in range(0, n, step.batch_size)]
-            epochs.append(tuple(self._pass(f"{sname}/epochs[{e}][{u}]", sname, step.interventions,
-                                           loaded, rows, None) for u, rows in enumerate(batches)))
+        def update(e: int, u: int, rows: tuple) -> Observe:
+            return self._pass(f"{sname}/epochs[{e}][{u}]", sname, step.interventions, loaded, rows, None)
+
+        epochs = Epochs(step.epochs, n, step.batch_size, step.seed, update)
         evaluation = None
         if step.held_out:
             held = self._datasets(f"{path}.held_out", step.held_out)
@@ -172,7 +167,7 @@ class _PointCompiler:
             evaluation = self._pass("evaluation", sname, step.interventions, held, range(m), step)
         es = step.early_stop
         return Fit(
-            name=sname, epochs=tuple(epochs), evaluation=evaluation, lr=step.lr,
+            name=sname, epochs=epochs, evaluation=evaluation, lr=step.lr,
             objective=tuple((float(w), t) for w, t in step.objective), params=tuple(step.params),
             early_stop=(es.metric, es.mode, es.patience) if es else None,
             anneal=tuple((g, a.start, a.end) for g, a in step.anneal.items()), seed=step.seed,

@@ -22,7 +22,7 @@ STEP = "observe"  # the one step it runs
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class DataRole(_Strict):
@@ -53,7 +53,7 @@ class ProtocolSave(_Strict):
 
 
 class Method(_Strict):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=False, strict=True)
     sites: dict[str, Any]
     featurizers: dict[str, Any] = Field(default_factory=dict)
     reads: dict[str, Any] = Field(default_factory=dict)

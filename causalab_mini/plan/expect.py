@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence, Union
+from typing import Annotated, Any, Iterable, Mapping, Optional, Protocol, Sequence, Union
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import DocumentError
+from ..jsontext import array_as_tuple
 
 AGGREGATES = ("mean", "min", "max", "all", "eligible")
 OPERATORS = (">", ">=", "<", "<=", "approx", "between")
@@ -41,14 +42,14 @@ def _no_bool(value: Any) -> Any:
 class Comparison(BaseModel):
     """Exactly one operator: ``>``, ``>=``, ``<``, ``<=``, ``approx`` (with ``rtol``/``atol``) or ``between``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True)
     gt: Optional[float] = Field(None, alias=">")
     ge: Optional[float] = Field(None, alias=">=")
     lt: Optional[float] = Field(None, alias="<")
     le: Optional[float] = Field(None, alias="<=")
     approx: Optional[float] = Field(None, description="Equal within rtol/atol (default: the "
                                                       "expectation's, else 1e-6 relative).")
-    between: Optional[tuple[float, float]] = Field(None, description="[low, high], both inclusive.")
+    between: Optional[Annotated[tuple[float, float], BeforeValidator(array_as_tuple)]] = Field(None, description="[low, high], both inclusive.")
     rtol: Optional[float] = Field(None, ge=0, description="Relative tolerance of approx.")
     atol: Optional[float] = Field(None, ge=0, description="Absolute tolerance of approx.")
 
@@ -146,7 +147,7 @@ class Expectation(BaseModel):
     to against the stored baseline and across engines (and approx's default).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     result: str = Field(description="A metric's name (its name in the intervention's metrics).")
     step: Optional[str] = Field(None, description="The step that scores it, when several do.")
     points: Optional[Union[list[str], dict[str, Any]]] = Field(

@@ -74,7 +74,7 @@ def _step_lines(name: str, step: Any, indent: str) -> list[str]:
                          f"{how} trained={s.trained}")
         return lines
     if isinstance(step, Fit):
-        updates = len(step.epochs[0]) if step.epochs else 0
+        updates = step.epochs.updates
         stop = (f"  early_stop={step.early_stop[0]!r} mode={step.early_stop[1]} "
                 f"patience={step.early_stop[2]}") if step.early_stop else ""
         anneal = f"  anneal={step.anneal}" if step.anneal else ""
@@ -83,7 +83,7 @@ def _step_lines(name: str, step: Any, indent: str) -> list[str]:
                  f"params={step.params}{stop}{anneal}"]
         if step.epochs:
             lines += _observe_lines("epochs[0][0]", step.epochs[0][0], indent + "    ")
-            more = sum(len(e) for e in step.epochs) - 1
+            more = len(step.epochs) * updates - 1
             if more:
                 lines.append(f"{indent}    … {more} more update{'s' if more != 1 else ''}, the same pass "
                              "over other rows")
@@ -136,7 +136,7 @@ def plan_json(step: Any) -> dict:
             {"name": s.name, "kind": s.kind, "address": s.address.spelling(), "d": s.d, "k": s.k,
              "seed": s.seed, "file_path": s.file_path, "trained": s.trained} for s in step.specs]}
     if isinstance(step, Fit):
-        return {"kind": "fit", "epochs": len(step.epochs), "updates": len(step.epochs[0]) if step.epochs else 0,
+        return {"kind": "fit", "epochs": len(step.epochs), "updates": step.epochs.updates,
                 "lr": step.lr, "objective": step.objective, "params": step.params,
                 "early_stop": step.early_stop, "saves": [s.file_path for s in step.saves],
                 "update": plan_json(step.epochs[0][0]) if step.epochs else None,

@@ -7,8 +7,10 @@ engine's business (``engine/steps.py``).
 """
 from __future__ import annotations
 
+import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Callable, Iterator, Optional, Union
 
 from ..errors import PlanError
 from ..shapes import Where
@@ -210,10 +212,79 @@ class Featurizers:
     kind = "featurizers"
 
 
+class Epochs(Sequence):
+    """A fit's epochs as a count and a schedule, not N compiled copies.
+
+    The schedule is the seed's order: each epoch shuffles the row indices with one
+    ``random.Random(seed)`` carried across epochs and cuts them into batches, so a
+    fit replays exactly. ``epochs[e]`` is that epoch's updates, compiled when asked
+    for (``compile_update(e, u, rows)``): epoch 0 is compiled with the plan, so
+    every row's positions are checked before a weight loads, and later epochs only
+    when the walk reaches them. Epoch 0 and the epoch last asked for are kept, so
+    the results an engine writes on an update are there when it reads them back.
+    """
+
+    def __init__(self, count: int, rows: int, batch_size: int, seed: int,
+                 compile_update: Callable[[int, int, tuple], "Observe"]):
+        self.count, self.rows, self.batch_size, self.seed = count, rows, batch_size, seed
+        self._compile = compile_update
+        self._kept: dict[int, tuple] = {}
+        self._rng_at = (0, random.Random(seed).getstate())  # (epoch, rng state before it)
+        if count:
+            self._kept[0] = self[0]
+
+    def __len__(self) -> int:
+        return self.count
+
+    def batches(self, epoch: int) -> list[tuple[int, ...]]:
+        """Epoch ``epoch``'s batches of row indices, each sorted, in the seed's order."""
+        if not 0 <= epoch < self.count:
+            raise IndexError(epoch)
+        at, state = self._rng_at
+        if at > epoch:  # asked backwards: replay from the seed (a shuffle is microseconds)
+            at, state = 0, random.Random(self.seed).getstate()
+        rng = random.Random()
+        rng.setstate(state)
+        while True:
+            order = list(range(self.rows))
+            rng.shuffle(order)
+            if at == epoch:
+                break
+            at += 1
+        self._rng_at = (epoch + 1, rng.getstate())
+        return [tuple(sorted(order[i:i + self.batch_size])) for i in range(0, self.rows, self.batch_size)]
+
+    def __getitem__(self, epoch):
+        if isinstance(epoch, slice):
+            return tuple(self[e] for e in range(*epoch.indices(self.count)))
+        if epoch < 0:
+            epoch += self.count
+        if epoch in self._kept:
+            return self._kept[epoch]
+        updates = tuple(self._compile(epoch, u, rows) for u, rows in enumerate(self.batches(epoch)))
+        self._kept = {e: v for e, v in self._kept.items() if e == 0}
+        self._kept[epoch] = updates
+        return updates
+
+    @property
+    def updates(self) -> int:
+        """Updates per epoch (every epoch covers every row once)."""
+        return -(-self.rows // self.batch_size) if self.count else 0
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Epochs) and (self.count, self.rows, self.batch_size, self.seed) == \
+            (other.count, other.rows, other.batch_size, other.seed) and self[0:1] == other[0:1]
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"Epochs({self.count} x {self.updates} updates, seed={self.seed})"
+
+
 @dataclass(frozen=True)
 class Fit:
     name: str
-    epochs: tuple[tuple[Observe, ...], ...]  # the updates, already batched in the seed's order
+    epochs: Epochs  # a count and the seed's schedule; each epoch's updates compiled when reached
     evaluation: Optional[Observe]
     lr: float
     objective: tuple[tuple[float, str], ...]
@@ -263,9 +334,8 @@ class Plan:
             if isinstance(step, Plan):
                 yield from step.walk(path + "/")
             elif isinstance(step, Fit):
-                for e, epoch in enumerate(step.epochs):
-                    for u, update in enumerate(epoch):
-                        yield f"{path}/epochs[{e}][{u}]", update
+                # Not the updates: they are compiled per epoch as the fit reaches them, and
+                # what they produce is on the fit itself (``update_loss``, the curves).
                 if step.evaluation is not None:
                     yield f"{path}/evaluation", step.evaluation
 
@@ -285,7 +355,7 @@ class Plan:
     def result(self, name: str):
         """The one result called ``name`` in this plan; ambiguous across sweep points is an error."""
         hits = [(p, s.results[name]) for p, s in self.walk()
-                if not isinstance(s, Plan) and name in s.results and "/epochs[" not in p]
+                if not isinstance(s, Plan) and name in s.results]
         if len(hits) == 1:
             return hits[0][1]
         names = sorted({k for p, s in self.walk() if not isinstance(s, Plan) for k in s.results

@@ -19,6 +19,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
                       model_validator)
 
 from .. import names
+from ..jsontext import array_as_tuple
 from ..errors import CausalabError, DocumentError
 from .expect import Expectation
 from ..shapes import Where
@@ -58,7 +59,7 @@ Position = Annotated[
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, arbitrary_types_allowed=True, strict=True)
 
 
 class Header(_Strict):
@@ -345,7 +346,8 @@ def _output(value: Any) -> Any:
     return {"read": value} if isinstance(value, str) else value
 
 
-MAX_EPOCHS = 1000  # each epoch's passes are compiled up front; more is a schedule the plan does not hold
+# A fit compiles as a count and a schedule (plan.Epochs), so this bounds a typo, not the compiler.
+MAX_EPOCHS = 100_000
 RESERVED = ("run.json", "document.json")  # what every run writes at its root
 
 
@@ -393,8 +395,7 @@ class FitStep(_Strict):
     rows: dict[str, str]
     held_out: Optional[dict[str, str]] = None
     params: list[str]
-    objective: list[tuple[float, str]]
-    # Bounded: a fit's epochs are compiled up front, one pass per update.
+    objective: list[Annotated[tuple[float, str], BeforeValidator(array_as_tuple)]]
     epochs: int = Field(1, ge=1, le=MAX_EPOCHS)
     batch_size: int = Field(32, ge=1)
     lr: float = Field(1e-3, gt=0)
@@ -466,6 +467,28 @@ _FIXES = {
 }
 
 
+# Strict types: what JSON value each pydantic type error wanted, to say so with the value given.
+_TYPE_FIXES = {"int_type": "an integer", "float_type": "a number", "bool_type": "true or false",
+               "string_type": "a string", "list_type": "an array", "tuple_type": "an array",
+               "dict_type": "an object", "model_type": "an object"}
+
+
+def _type_error(kind: str, given: Any) -> tuple[str, str]:
+    wanted = _TYPE_FIXES[kind]
+    shown = json.dumps(given) if isinstance(given, (str, bool, int, float, type(None))) else \
+        ("an array" if isinstance(given, (list, tuple)) else "an object")
+    msg = f"expected {wanted}, not {shown[:60]}"
+    if kind in ("int_type", "float_type") and isinstance(given, str):
+        try:
+            float(given)
+            return msg, f"write {given.strip()} without quotes"
+        except ValueError:
+            pass
+    if kind == "int_type" and isinstance(given, float) and given.is_integer():
+        return msg, f"write {int(given)}"
+    return msg, f"write {wanted}"
+
+
 def document_error(err: ValidationError, prefix: str = "", raw: Any = None) -> DocumentError:
     """pydantic's ValidationError as one DocumentError at the first error's document path.
 
@@ -480,6 +503,8 @@ def document_error(err: ValidationError, prefix: str = "", raw: Any = None) -> D
         path = ".".join(filter(None, [prefix, *loc]))
         msg = e["msg"].removeprefix("Value error, ")
         fix = _FIXES.get(e["type"], "")
+        if e["type"] in _TYPE_FIXES:
+            msg, fix = _type_error(e["type"], e.get("input"))
         if e["type"] == "extra_forbidden":
             msg = f"unknown key {loc[-1]!r}" if loc else "unknown key"
         lines.append((path, msg, fix))
