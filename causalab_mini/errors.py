@@ -57,6 +57,11 @@ class BaselineError(CausalabError):
     """A stored baseline file cannot be read as one (corrupt, another format, the wrong shape)."""
 
 
+class WriteError(CausalabError):
+    """The results could not be written (a full disk, a folder that stopped being writable);
+    ``path`` is the file, and the problem says what the output folder holds now."""
+
+
 class EngineError(CausalabError):
     """An engine refuses what the plan asks of it, or a run-time check failed."""
 

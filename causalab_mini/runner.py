@@ -61,7 +61,7 @@ def run_cli(args) -> int:
     from contextlib import nullcontext
 
     from .engine import steps
-    from .plan.write import check_out, write
+    from .plan.write import check_out, check_targets, planned_files, write
 
     document = Path(args.document)
     # Everything that can refuse the run without a model does so before the load and the compute.
@@ -76,9 +76,11 @@ def run_cli(args) -> int:
     engine = load_engine(raw, engine=args.engine, document=document, models=args.models,
                          device_map=args.device_map, trust_remote_code=args.trust_remote_code)
     progress = nullcontext() if args.quiet or not sys.stderr.isatty() else steps.reporting(_bar)
+    plan = documents.compile_plan(raw, document=document, data=args.data, facts=engine)
+    # A save whose file is a folder on disk (or under a file) is refused now, not after the compute.
+    check_targets(Path(args.out), planned_files(plan))
     with progress:
-        plan = execute(raw, engine, document=document, data=args.data, batch_size=args.batch_size,
-                       remote=remote)
+        plan = engine.execute(plan, remote=remote, batch_size=args.batch_size)
     for path in write(plan, Path(args.out), plan.provenance):
         print(path)
     sys.stdout.flush()

@@ -15,12 +15,13 @@ import os
 import shutil
 import signal
 import stat
+import sys
 from pathlib import Path
 
 import pytest
 
 from causalab_mini import runner
-from causalab_mini.errors import EngineError
+from causalab_mini.errors import EngineError, WriteError
 from causalab_mini.plan import write as write_mod
 from samples import cli_command, patching_document
 
@@ -135,7 +136,8 @@ def test_a_write_that_fails_half_way_leaves_the_previous_run(plans, tmp_path, mo
         return original(path, data)
 
     monkeypatch.setattr(write_mod, "write_atomic", full)
-    with pytest.raises(OSError, match="No space"):
+    with pytest.raises(WriteError, match="No space left on device while staging the run; the previous run "
+                                         "there is as it was"):
         write_mod.write(second, out, second.provenance)
     assert _snapshot(out) == before and write_mod.state(out) == "complete"
 
@@ -186,3 +188,99 @@ def test_state_tells_a_result_from_an_interrupted_write(plans, tmp_path):
     (out / write_mod.INCOMPLETE).write_text("{}")
     assert write_mod.state(out) == "incomplete"
     shutil.rmtree(out)
+
+
+_FULL_DISK = r'''
+import json, os, subprocess, sys
+mnt, cli = sys.argv[1], json.loads(sys.argv[2])
+small, swept = sys.argv[3], sys.argv[4]
+
+def mount(how, size):
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"{how}size={size}", "tmpfs", mnt], check=True)
+
+def run(doc):
+    done = subprocess.run([*cli, "run", doc, "--engine", "hooks", "--quiet", "--out", mnt + "/out"],
+                          capture_output=True, text=True)
+    return {"rc": done.returncode, "stderr": done.stderr}
+
+def snapshot():
+    out = {}
+    for root, _, files in os.walk(mnt + "/out"):
+        for f in files:
+            p = os.path.join(root, f)
+            out[os.path.relpath(p, mnt + "/out")] = open(p, "rb").read().hex()
+    return out
+
+def used():
+    st = os.statvfs(mnt)
+    return (st.f_blocks - st.f_bfree) * st.f_frsize
+
+report = {}
+mount("", "12k")                       # too small for any run: nothing may be left that reads as one
+report["too_small"] = {**run(swept), "files": snapshot()}
+mount("remount,", "4m")
+report["small"] = {**run(small), "files": snapshot()}
+mount("remount,", str(used() + 8192))  # room for a few pages more: the swept run cannot stage
+report["full"] = {**run(swept), "files": snapshot()}
+mount("remount,", "4m")
+report["rerun"] = {**run(swept), "files": snapshot()}
+print(json.dumps(report))
+'''
+
+
+def test_a_full_filesystem_leaves_the_previous_run_and_a_rerun_is_a_clean_run(tmp_path):
+    """A real full disk (a tmpfs of a few pages, in a mount namespace): the CLI refuses with a
+    typed error naming what the folder holds, leaves the previous run whole, and a rerun once
+    there is room writes exactly what a clean run writes."""
+    import subprocess
+
+    small = str(REPO / "documents" / "v2" / "patching.causalab.json")
+    swept = str(REPO / "documents" / "v2" / "pos_sweep.causalab.json")
+    unshare = shutil.which("unshare")
+    probe = unshare and subprocess.run([unshare, "--user", "--map-root-user", "--mount", "true"],
+                                       capture_output=True)
+    if not probe or probe.returncode != 0:
+        pytest.skip("this machine cannot make a mount namespace to hold a small filesystem")
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    done = subprocess.run([unshare, "--user", "--map-root-user", "--mount", sys.executable, "-c", _FULL_DISK,
+                           str(mnt), json.dumps(cli_command()), small, swept],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    clean = tmp_path / "clean"
+    subprocess.run([*cli_command(), "run", small, "--engine", "hooks", "--quiet", "--out", str(clean / "small")],
+                   check=True, capture_output=True)
+    subprocess.run([*cli_command(), "run", swept, "--engine", "hooks", "--quiet", "--out", str(clean / "swept")],
+                   check=True, capture_output=True)
+    as_hex = {name: {k: v.hex() for k, v in _snapshot(clean / name).items()} for name in ("small", "swept")}
+
+    for case, left in (("too_small", "no run is there"), ("full", "the previous run there is as it was")):
+        r = report[case]
+        assert r["rc"] == 2 and r["stderr"].startswith("error: WriteError: "), r["stderr"]
+        assert f"No space left on device while staging the run; {left}" in r["stderr"]
+        assert "Traceback" not in r["stderr"]
+    assert report["too_small"]["files"] == {}
+    assert report["small"]["rc"] == 0 and report["small"]["files"] == as_hex["small"]
+    assert report["full"]["files"] == as_hex["small"], "the full disk left the previous run, byte for byte"
+    assert report["rerun"]["rc"] == 0 and report["rerun"]["files"] == as_hex["swept"]
+
+
+def test_a_save_whose_place_is_a_folder_is_refused_before_the_compute(tmp_path, monkeypatch, capsys):
+    """Known from the plan alone, so the CLI refuses it after compiling and before the first forward."""
+    from causalab_mini import cli
+    from causalab_mini.engine.hooks import HooksEngine
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("the plan was run")
+
+    monkeypatch.setattr(HooksEngine, "execute", tripwire)
+    doc = tmp_path / "doc.causalab.json"
+    doc.write_text(json.dumps(_swept()))
+    out = tmp_path / "out"
+    (out / "pos=-2" / "iia.json").mkdir(parents=True)
+    code = cli.main(["run", str(doc), "--engine", "hooks", "--models", str(MODELS), "--data", str(DATA),
+                     "--out", str(out), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith(f"error: PlanError: pos=-2/iia.json: {out}/pos=-2/iia.json is a folder")
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["pos=-2", "pos=-2/iia.json"]

@@ -29,11 +29,11 @@ import json
 import os
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
-from ..errors import EngineError, PlanError
+from ..errors import EngineError, PlanError, WriteError
 from ..files import TMP_SUFFIX, tmp_prefix, write_atomic
-from .plan import Fit, Observe, Plan, Weights
+from .plan import Fit, Observe, Plan, SaveSpec, Weights
 
 RUN = "run.json"  # the commit record: its presence, without the mark, makes the folder a result
 INCOMPLETE = ".causalab-incomplete"  # the mark of a folder being written: JSON {"files": [...]}
@@ -108,25 +108,57 @@ def saved_tensors(step) -> dict[str, dict]:
     for save in step.saves:
         if save.file_path.endswith(".json") or save.value not in results:
             continue
-        value = results[save.value]
-        out[save.file_path] = dict(value) if isinstance(value, dict) else {save.value: value}
+        out[save.file_path] = _named_tensors(results[save.value], save)
     return out
 
 
-def _step_files(step, produced_by: str) -> dict[str, bytes]:
+def _named_tensors(value, save: SaveSpec) -> dict:
+    """A save's tensors by name: a bundle's own names, else the one tensor under the saved value's."""
+    return dict(value) if isinstance(value, dict) else {save.value: value}
+
+
+def _save_bytes(step, save: SaveSpec, produced_by: str) -> bytes:
     source = step.evaluation if isinstance(step, Fit) else step
     results = source.results if source is not None else {}
-    tensors = saved_tensors(step)
-    files: dict[str, bytes] = {}
-    for save in step.saves:
-        if save.value not in results:
-            raise PlanError(save.file_path, f"nothing called {save.value!r} was produced by this run",
-                            "save a metric, an output or a generated value of this step")
-        if save.file_path.endswith(".json"):
-            files[save.file_path] = _json(metric_rows(source, save.value, produced_by))
-        else:
-            files[save.file_path] = safetensors_bytes(tensors[save.file_path], save.header)
-    return files
+    if save.value not in results:
+        raise PlanError(save.file_path, f"nothing called {save.value!r} was produced by this run",
+                        "save a metric, an output or a generated value of this step")
+    if save.file_path.endswith(".json"):
+        return _json(metric_rows(source, save.value, produced_by))
+    return safetensors_bytes(_named_tensors(results[save.value], save), save.header)
+
+
+def _layout(plan: Plan) -> Iterator[tuple[str, Callable[[], bytes]]]:
+    """Every file a run of ``plan`` writes except run.json, with how to make its bytes.
+
+    The names are known from the plan alone, so a run is checked against ``--out``
+    before anything is computed (``check_targets``); the bytes are made after.
+    """
+    yield "document.json", lambda: _json(plan.document)
+
+    def walk(p: Plan, prefix: str):
+        for name, step in p.steps.items():
+            if isinstance(step, Plan):
+                yield f"{prefix}{name}/document.json", lambda step=step: _json(step.document)
+                yield from walk(step, f"{prefix}{name}/")
+            elif isinstance(step, (Observe, Fit, Weights)):
+                for save in step.saves:
+                    yield f"{prefix}{save.file_path}", lambda s=save, st=step: _save_bytes(st, s, p.produced_by)
+
+    yield from walk(plan, "")
+
+
+def planned_files(plan: Plan) -> list[str]:
+    """The relative paths a run of ``plan`` writes, in the order ``write`` returns them (document.json,
+    run.json, then every point's files); two steps saving one file refused."""
+    names: list[str] = []
+    seen: set[str] = set()
+    for rel, _ in _layout(plan):
+        if rel in seen:
+            raise PlanError(rel, "two steps save to the same file", "give each save its own file_path")
+        seen.add(rel)
+        names.append(rel)
+    return [names[0], RUN, *names[1:]]
 
 
 def manifest(plan: Plan, run_record: dict) -> dict[str, bytes]:
@@ -135,23 +167,10 @@ def manifest(plan: Plan, run_record: dict) -> dict[str, bytes]:
     run.json lists the run's other files (``files``), so the next run into the same
     directory knows which of what is there this project wrote (see ``write``).
     """
-    files: dict[str, bytes] = {"document.json": _json(plan.document), "run.json": b""}
-
-    def add(p: Plan, prefix: str) -> None:
-        for name, step in p.steps.items():
-            if isinstance(step, Plan):
-                files[f"{prefix}{name}/document.json"] = _json(step.document)
-                add(step, f"{prefix}{name}/")
-            elif isinstance(step, (Observe, Fit, Weights)):
-                for rel, data in _step_files(step, p.produced_by).items():
-                    if f"{prefix}{rel}" in files:
-                        raise PlanError(rel, "two steps save to the same file",
-                                        "give each save its own file_path")
-                    files[f"{prefix}{rel}"] = data
-
-    add(plan, "")
-    files["run.json"] = _json({**run_record, "files": sorted(f for f in files if f != "run.json")})
-    return files
+    order = planned_files(plan)
+    files = {rel: make() for rel, make in _layout(plan)}
+    files[RUN] = _json({**run_record, "files": sorted(files)})
+    return {rel: files[rel] for rel in order}
 
 
 def state(out: Path) -> str:
@@ -221,7 +240,7 @@ def _clean_orphans(out: Path, names) -> None:
                 orphan.unlink(missing_ok=True)
 
 
-def _check_targets(out: Path, files) -> None:
+def check_targets(out: Path, files) -> None:
     """Refuse, before anything is written, a file whose place is a folder, or whose folder is a file."""
     for rel in files:
         target = out / rel
@@ -236,26 +255,15 @@ def _check_targets(out: Path, files) -> None:
                                 "move that file away, or save to another file_path")
 
 
-def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
-    """Commit the run into ``out`` whole (see the module's docstring); returns the paths written,
-    in manifest order. Files an earlier run wrote that this one does not are removed."""
-    files = manifest(plan, run_record)
-    out = Path(out)
-    check_out(out)
-    _check_targets(out, files)
-    out.mkdir(parents=True, exist_ok=True)
-    previous = _previous_files(out)
-    ours = previous | set(files) | {INCOMPLETE}
-    _clean_orphans(out, ours)
-    stage = out / STAGING
-    try:
-        for rel, data in files.items():
-            if rel != RUN:
-                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(stage / rel, data)
-    except BaseException:
-        shutil.rmtree(stage, ignore_errors=True)
-        raise
+def _left(out: Path) -> str:
+    """What a failed write left in ``out``, said for the refusal."""
+    return {"complete": "the previous run there is as it was",
+            "incomplete": f"the folder is marked incomplete ({INCOMPLETE}) and is not a result",
+            "empty": "no run is there"}[state(out)]
+
+
+def _commit(out: Path, stage: Path, files: dict, previous: set, ours: set) -> None:
+    """Steps 3 to 5: mark, move into place, remove what this run no longer writes, run.json last."""
     write_atomic(out / INCOMPLETE, (json.dumps({"files": sorted(ours - {INCOMPLETE})}) + "\n").encode())
     (out / RUN).unlink(missing_ok=True)
     for rel in files:
@@ -266,4 +274,38 @@ def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
     write_atomic(out / RUN, files[RUN])
     (out / INCOMPLETE).unlink()
     shutil.rmtree(stage, ignore_errors=True)
+
+
+def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
+    """Commit the run into ``out`` whole (see the module's docstring); returns the paths written,
+    in manifest order. Files an earlier run wrote that this one does not are removed."""
+    files = manifest(plan, run_record)
+    out = Path(out)
+    check_out(out)
+    check_targets(out, files)
+    out.mkdir(parents=True, exist_ok=True)
+    previous = _previous_files(out)
+    ours = previous | set(files) | {INCOMPLETE}
+    _clean_orphans(out, ours)
+    stage = out / STAGING
+    rel = None
+    try:
+        for rel, data in files.items():
+            if rel != RUN:
+                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                write_atomic(stage / rel, data)
+    except OSError as err:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise WriteError(str(out / rel), f"{err.strerror or err} while staging the run; {_left(out)}",
+                         "free space (or permissions) and run again, or write elsewhere with --out") from None
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+    try:
+        _commit(out, stage, files, previous, ours)
+    except OSError as err:
+        if state(out) != "incomplete":
+            shutil.rmtree(stage, ignore_errors=True)
+        raise WriteError(str(out), f"{err.strerror or err} while moving the run into place; {_left(out)}",
+                         "free space (or permissions) and run again: the rerun cleans up") from None
     return [out / rel for rel in files]
