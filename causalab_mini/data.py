@@ -304,8 +304,18 @@ def _load_file(file: Path, ref: str, path: str) -> Dataset:
     return ds
 
 
+# A split is read whole and every row tokenized at compile time; past these it is a corpus to
+# sample from, not one experiment's rows. Both are checked before the rows are parsed.
+MAX_ROWS = 200_000
+MAX_BYTES = 512 * 2**20
+
+
 def _parse(file: Path, path: str) -> tuple:
     try:
+        size = file.stat().st_size
+        if size > MAX_BYTES:
+            raise DataError(path, f"{file} is {size / 2**20:.0f} MiB, over the {MAX_BYTES >> 20} MiB a split "
+                            "may hold", "sample the rows an experiment needs into a split of their own")
         text = file.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         raise DataError(path, f"{file} is not UTF-8 ({exc.reason} at byte {exc.start})",
@@ -316,6 +326,9 @@ def _parse(file: Path, path: str) -> tuple:
     for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
+        if len(rows) == MAX_ROWS:
+            raise DataError(path, f"{file} has more than {MAX_ROWS:,} rows, the most a split may hold",
+                            "sample the rows an experiment needs into a split of their own")
         try:
             row = jsontext.loads(line)
         except jsontext.Problem as exc:

@@ -90,7 +90,21 @@ def test_the_continuation_write_is_refused_by_the_command_itself(tmp_path):
     assert CONTINUATION_WRITE in done.stderr
 
 
+def _long_context_models(tmp_path: Path) -> Path:
+    """tiny-llama with room for a million positions (a rotary model has no table to grow), so a
+    decode long enough to reach the buffer bound is not first refused for the context."""
+    root = tmp_path / "models"
+    (root / "tiny-llama").mkdir(parents=True)
+    for f in (MODELS / "tiny-llama").iterdir():
+        (root / "tiny-llama" / f.name).symlink_to(f)
+    config = json.loads((MODELS / "tiny-llama" / "config.json").read_text())
+    (root / "tiny-llama" / "config.json").unlink()
+    (root / "tiny-llama" / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 2**20}))
+    return root
+
+
 def test_a_stacked_read_over_the_buffer_bound_is_refused(tmp_path, capsys):
+    models = _long_context_models(tmp_path)
     rows, width, bound = 4, json.loads((MODELS / "tiny-llama" / "config.json").read_text())["vocab_size"], 256 * 2**20
     decode = bound // (rows * width * 4) + 1  # the least decode over the bound
     below = decode - 1
@@ -104,18 +118,40 @@ def test_a_stacked_read_over_the_buffer_bound_is_refused(tmp_path, capsys):
     over = variant(tmp_path, "over", stacked(decode))
     assert cli.main(["validate", str(over)]) == 0  # a bound of the model's width: not a document error
     capsys.readouterr()
-    assert cli.main(["explain", str(over), "--models", str(MODELS), "--data", str(DATA)]) == 2
+    assert cli.main(["explain", str(over), "--models", str(models), "--data", str(DATA)]) == 2
     err = capsys.readouterr().err
     mib = rows * decode * width * 4 / 2**20
     assert err.startswith("error: CompileError: interventions.generate.reads.logits.pos: ")
     assert f"{rows} rows x {decode} steps x {width} wide is {mib:.0f} MiB, over the 256 MiB bound" in err, err
     # One step fewer fits: the bound is the number, not a rough size.
     plan = documents.compile_plan(documents.read(variant(tmp_path, "under", stacked(below))),
-                                  document=DOCS / "x.causalab.json", models=[MODELS], data=[DATA])
+                                  document=DOCS / "x.causalab.json", models=[models], data=[DATA])
     assert {f.decode for f in plan.steps["score"].forwards} == {below}
     with pytest.raises(CompileError, match="MiB"):
-        documents.compile_plan(documents.read(over), document=DOCS / "x.causalab.json", models=[MODELS],
+        documents.compile_plan(documents.read(over), document=DOCS / "x.causalab.json", models=[models],
                                data=[DATA])
+
+
+def test_a_decode_past_the_context_is_refused_and_one_that_fits_compiles(tmp_path, capsys):
+    """tiny-llama was built for 128 positions: the longest prompt plus the decode must fit."""
+    from transformers import AutoTokenizer
+
+    limit = json.loads((MODELS / "tiny-llama" / "config.json").read_text())["max_position_embeddings"]
+    tok = AutoTokenizer.from_pretrained(MODELS / "tiny-llama")
+    rows = [json.loads(line) for line in (DATA / "weekdays" / "train.jsonl").read_text().splitlines()]
+    # the padded width: the longest prompt of either role, with the tokenizer's own special tokens
+    width = max(len(tok(r[k] if k == "input" else r[k][0])["input_ids"])
+                for r in rows for k in ("input", "counterfactual_inputs"))
+    fits = variant(tmp_path, "fits", lambda iv: iv.__setitem__("decode", limit - width))
+    over = variant(tmp_path, "over", lambda iv: iv.__setitem__("decode", limit - width + 1))
+    plan = documents.compile_plan(documents.read(fits), document=DOCS / "x.causalab.json", models=[MODELS],
+                                  data=[DATA])
+    assert {f.decode for p in plan.points for f in p.steps["score"].forwards} == {limit - width}
+    assert cli.main(["explain", str(over), "--models", str(MODELS), "--data", str(DATA)]) == 2
+    assert capsys.readouterr().err == (
+        f"error: CompileError: interventions.generate.decode: {width} prompt tokens and {limit - width + 1} "
+        f"decoded make {limit + 1}, over the {limit} positions tiny-llama was built for; decode at most "
+        f"{limit - width} tokens, or shorten the prompts\n")
 
 
 def test_an_attention_pattern_in_the_continuation_is_refused(tmp_path):

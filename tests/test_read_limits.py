@@ -235,3 +235,44 @@ def test_two_steps_saving_one_file_are_refused_at_validation():
                                       {"value": "logit_diff", "file_path": "a.json/b.json"}]
     with pytest.raises(DocumentError, match="needs a folder 'a.json'"):
         documents.points(raw)
+
+
+def test_a_prompt_longer_than_the_model_was_built_for_is_refused_naming_the_row(tmp_path):
+    """tiny-gpt2 has a 128-row position table: a longer prompt would index past it mid-forward."""
+    from causalab_mini.errors import CompileError
+
+    limit = json.loads((ROOT / "documents" / "models" / "tiny-gpt2" / "config.json").read_text())["n_positions"]
+    rows = [json.loads(line) for line in
+            (ROOT / "documents" / "data" / "weekdays" / "train.jsonl").read_text().splitlines()]
+    rows[1]["input"] = "Monday, " * limit + rows[1]["input"]
+    folder = tmp_path / "data" / "weekdays"
+    folder.mkdir(parents=True)
+    (folder / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    raw = patching_document()
+    raw["model"]["key"] = "tiny-gpt2"
+    with pytest.raises(CompileError) as caught:
+        documents.compile_plan(raw, models=[ROOT / "documents" / "models"], data=[tmp_path / "data"])
+    from transformers import AutoTokenizer
+
+    n = len(AutoTokenizer.from_pretrained(ROOT / "documents" / "models" / "tiny-gpt2")(rows[1]["input"])["input_ids"])
+    assert n > limit
+    assert str(caught.value) == (f"roles.base.field: weekdays/train row 1 is {n} tokens, over the {limit} positions "
+                                 "tiny-gpt2 was built for; shorten the prompts, or use a model with a longer context")
+
+
+def test_a_split_over_the_row_or_size_limit_is_refused_before_its_rows_are_parsed(tmp_path):
+    folder = tmp_path / "data" / "set"
+    folder.mkdir(parents=True)
+    line = json.dumps({"input": "x"}) + "\n"
+    (folder / "train.jsonl").write_text(line * (data_mod.MAX_ROWS + 1))
+    with pytest.raises(DataError) as caught:
+        data_mod.load("set/train", [tmp_path / "data"], path="steps.score.rows.base")
+    assert f"has more than {data_mod.MAX_ROWS:,} rows, the most a split may hold" in str(caught.value)
+    (folder / "train.jsonl").write_text(line * data_mod.MAX_ROWS)  # at the limit: read
+    assert len(data_mod.load("set/train", [tmp_path / "data"])) == data_mod.MAX_ROWS
+    # the byte bound is checked on the file's size, before it is read: a sparse file of one byte more
+    data_mod.clear_cache()
+    with open(folder / "train.jsonl", "wb") as fh:
+        fh.truncate(data_mod.MAX_BYTES + 1)
+    with pytest.raises(DataError, match=f"over the {data_mod.MAX_BYTES >> 20} MiB a split may hold"):
+        data_mod.load("set/train", [tmp_path / "data"])

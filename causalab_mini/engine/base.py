@@ -1,4 +1,4 @@
-"""The engine contract: eight members and ``model``, no bodies.
+"""The engine contract: nine members and ``model``, no bodies.
 
 An engine inherits no behaviour from here. The walk over steps, the metrics,
 the fit loop and the write algebra are shared (``steps.py``, ``taps.py``,
@@ -7,7 +7,7 @@ set of public names each engine defines, so a member added quietly fails.
 """
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Optional
 
 
 class Engine:
@@ -39,6 +39,11 @@ class Engine:
     def num_layers(self) -> int:
         ...
 
+    @property
+    def context_length(self) -> Optional[int]:
+        """Positions the model was built for (prompt plus decoded tokens); None: no fixed bound."""
+        ...
+
     def width(self, component: str) -> int:
         ...
 
@@ -50,4 +55,5 @@ class Engine:
         ...
 
 
-MEMBERS = frozenset({"load", "execute", "forward", "locate", "num_layers", "width", "heads", "tokenizer"})
+MEMBERS = frozenset({"load", "execute", "forward", "locate", "num_layers", "context_length", "width", "heads",
+                     "tokenizer"})

@@ -22,6 +22,19 @@ PUBLISHED = frozenset({"embeddings", "lm_head", "logits"})
 QKV = frozenset({"attention_query", "attention_key", "attention_value"})
 
 
+# Where configs keep the positions a model was built for (GPT-2's n_positions is also
+# reachable as max_position_embeddings; BLOOM's ALiBi has none, and no bound).
+CONTEXT_FIELDS = ("max_position_embeddings", "n_positions", "n_ctx", "max_sequence_length")
+
+
+def _context_length(text) -> Optional[int]:
+    for name in CONTEXT_FIELDS:
+        value = getattr(text, name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 @dataclass(frozen=True)
 class ModelFacts:
     key: str
@@ -39,6 +52,7 @@ class ModelFacts:
     tokenizer: Any
     # component -> (problem, fix): what this family, or this checkpoint's config, does not have
     absent: Mapping[str, tuple] = field(default_factory=dict)
+    context_length: Optional[int] = None  # positions it was built for; None: no fixed bound (ALiBi)
 
     @classmethod
     def from_config(cls, config, tokenizer, *, key: str, revision: Optional[str],
@@ -60,6 +74,7 @@ class ModelFacts:
             head_dim=head_dim, d_mlp=d_mlp, vocab_size=text.vocab_size,
             transform=transform, layout=layout, tokenizer=tokenizer,
             absent=layout.refused(text) if layout else {},
+            context_length=_context_length(text),
         )
 
     @property

@@ -221,6 +221,10 @@ class NNterpEngine:
     def num_layers(self) -> int:
         return self._facts.num_layers
 
+    @property
+    def context_length(self):
+        return self._facts.context_length
+
     def width(self, component: str) -> int:
         return self._facts.width(component)
 

@@ -318,9 +318,29 @@ class _PointCompiler:
             ops.append(ReadOp(name=rname, address=address, where=r.pos,
                               anchors=self._anchors(rpath, r.pos, role, loaded, rows, tokens),
                               featurizer=r.featurizer, view=r.view, width=width, step=step))
+        self._check_context(ipath, iv, role, loaded[role], rows, tokens)
         return Forward(model=model, input=role, dataset=loaded[role].ref, ids=tokens.ids,
                        mask=tokens.mask, sample=tokens.sample, texts=tokens.texts,
                        segments=tokens.segments, decode=iv.decode, taps=_taps(ops))
+
+    def _check_context(self, ipath: str, iv, role: str, ds, rows, tokens: Tokenized) -> None:
+        """Prompt and continuation must fit the positions the model was built for: past them a
+        learned position table has no row (an index error deep in a forward) and a rotary model
+        is outside what it was trained on."""
+        limit = self.ctx.facts.context_length
+        width = len(tokens.ids[0]) if tokens.ids else 0
+        if limit is None or width + (iv.decode or 0) <= limit:
+            return
+        if width > limit:
+            lengths = [sum(m) for m in tokens.mask]
+            longest = max(range(len(lengths)), key=lengths.__getitem__)
+            raise CompileError(f"roles.{role}.field", f"{ds.ref} row {list(rows)[longest]} is "
+                               f"{lengths[longest]} tokens, over the {limit} positions "
+                               f"{self.spec.model.key} was built for", "shorten the prompts, or use a model "
+                               "with a longer context")
+        raise CompileError(f"{ipath}.decode", f"{width} prompt tokens and {iv.decode} decoded make "
+                           f"{width + iv.decode}, over the {limit} positions {self.spec.model.key} was "
+                           "built for", f"decode at most {limit - width} tokens, or shorten the prompts")
 
     def _check_cut(self, path: str, name: str, where, tokens: Tokenized) -> None:
         """A fixed cut names the same tokens on every row: a row it does not fit is a wrong document."""
