@@ -66,14 +66,16 @@ def _cmd_explain(args) -> int:
     from .plan.explain import explain, plan_json
     for i, doc in enumerate(args.documents):
         raw = documents.read(doc)
+        facts = documents.model_facts(documents.points(raw)[0].spec, Path(doc), args.models,
+                                      trust_remote_code=args.trust_remote_code)
         plan = documents.compile_plan(raw, document=Path(doc), models=args.models, data=args.data,
-                                      engine=args.engine, trust_remote_code=args.trust_remote_code)
+                                      engine=args.engine, facts=facts)
         if args.json:
             print(json.dumps(plan_json(plan), indent=1))
         else:
             if len(args.documents) > 1:
                 print(("\n" if i else "") + f"# {doc}")
-            print(explain(plan))
+            print(explain(plan, tokenizer=facts.tokenizer if args.tokens else None, rows=args.rows))
     return 0
 
 
@@ -119,6 +121,10 @@ def parser() -> argparse.ArgumentParser:
                    help="the engine whose refusals apply (default nnterp)")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="read a model whose config or tokenizer names code of its own (runs that code)")
+    p.add_argument("--tokens", action="store_true",
+                   help="show rows as tokens, where each read and write lands, and each answer's scored token")
+    p.add_argument("--rows", type=int, default=3, metavar="N", help="rows shown per forward with --tokens "
+                                                                    "(default 3)")
     _paths_options(p)
     p.set_defaults(func=_cmd_explain)
 

@@ -84,4 +84,7 @@ def run_cli(args) -> int:
     for path in write(plan, Path(args.out), plan.provenance):
         print(path)
     sys.stdout.flush()
+    from .plan.show_tokens import notes
+    for line in notes(plan):
+        print(line, file=sys.stderr)
     return 0

@@ -89,16 +89,19 @@ class MetricKind:
     columns: tuple[str, ...]  # the operand fields, in the order compute takes them
     unit: str
     differentiable: bool
+    # 2: rows whose compared answers share their scored token are excluded (answers_share_token)
+    # — logit_diff's a and b, a match and the answer its document contrasts it with.
+    version: int = 1
 
     @property
     def estimand_version(self) -> str:
-        return f"{self.name}/v1"
+        return f"{self.name}/v{self.version}"
 
 
 # COLUMNS: which data columns a metric kind names, in the order the scorer takes them.
 METRICS: dict[str, MetricKind] = {m.name: m for m in (
-    MetricKind("match", ("expected",), "fraction", False),
-    MetricKind("logit_diff", ("a", "b"), "logit", True),
+    MetricKind("match", ("expected",), "fraction", False, version=2),
+    MetricKind("logit_diff", ("a", "b"), "logit", True, version=2),
     MetricKind("cross_entropy", ("target",), "nats", True),
     MetricKind("token_logit", ("token",), "logit", True),
     MetricKind("token_prob", ("token",), "probability", True),

@@ -211,7 +211,7 @@ def test_metric_token_ids_are_what_the_model_predicts_after_a_word(tmp_path, tok
     (iia,) = [m for m in obs.metrics if m.name == "iia"]
     (expected,) = iia.token_ids
     assert (iia.kind, iia.of, iia.model, iia.input, iia.unit) == ("match", "logits", "patched", "base", "fraction")
-    assert iia.estimand_version == "match/v1"
+    assert iia.estimand_version == "match/v2"
     assert iia.column_eligible == (True, True, True, True)
     head = tok("x", add_special_tokens=False)["input_ids"]
     for row, token_id in zip(data, expected):

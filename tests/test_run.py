@@ -22,6 +22,7 @@ from importlib import metadata
 from pathlib import Path
 
 import pytest
+from transformers import AutoTokenizer
 
 from reference import answer_id, padded
 from samples import cli_command
@@ -45,9 +46,13 @@ ROWS = [json.loads(line) for line in (DATA / "weekdays" / "train.jsonl").read_te
 ENGINES = ("hooks", "nnterp")
 ENGINE_CLASS = {"hooks": "HooksEngine", "nnterp": "NNterpEngine"}
 PATCHING_FILES = ["document.json", "run.json", "iia.json", "logit_diff.json"]
-ROW_KEYS = ["example_id", "metric", "value", "eligible", "positions", "reason", "unit",
+ROW_KEYS = ["example_id", "metric", "value", "eligible", "positions", "reason", "answers", "unit",
             "estimand_version", "produced_by"]
-KINDS = {"iia": ("fraction", "match/v1"), "logit_diff": ("logit", "logit_diff/v1")}
+# Each metric's answers as patching.causalab.json names them: (label, column). The match takes
+# the logit_diff's other answer as its contrast, because the document compares the two.
+ANSWERS = {"iia": (("expected", "cf_answer"), ("distinct_from", "base_answer")),
+           "logit_diff": (("a", "cf_answer"), ("b", "base_answer"))}
+KINDS = {"iia": ("fraction", "match/v2"), "logit_diff": ("logit", "logit_diff/v2")}
 PACKAGES = ("torch", "transformers", "nnsight", "nnterp", "pydantic")
 TOL = 1e-6
 
@@ -247,6 +252,14 @@ def test_metric_rows_match_an_independent_computation(patching_runs, reference, 
             assert r["positions"] is None and r["reason"] == ""  # the document fixed every position
             assert (r["unit"], r["estimand_version"], r["produced_by"]) == (unit, version, digest)
         assert_close([r["value"] for r in rows], expected[name])
+        tok = AutoTokenizer.from_pretrained(MODELS / "tiny-llama")
+        head = len(tok("a", add_special_tokens=False)["input_ids"])
+        for r, data in zip(rows, ROWS):
+            assert r["answers"] == {label: {
+                "column": column, "text": data[column],
+                "token": tok.convert_ids_to_tokens(answer_id(tok, data[column])),
+                "tokens": len(tok("a " + data[column].strip(), add_special_tokens=False)["input_ids"]) - head}
+                for label, column in ANSWERS[name]}
 
 
 def test_a_row_without_an_answer_is_written_excluded(tmp_path, reference, capfd):

@@ -16,13 +16,13 @@ from .. import data as data_mod
 from ..errors import CompileError, MissingArtifact
 from ..ops import locate
 from ..vocab import METRICS
-from . import sweep
+from . import show_tokens, sweep
 from .chat import render_row
 from .plan import (Address, Epochs, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,
                    OutputSpec, Plan, ReadOp, SaveSpec, Tap, Weights, WriteOp)
 from .rules import ORIGINAL
 from .spec import FitStep, ObserveStep, Ref, Spec, WeightsStep
-from .tokens import Tokenized, answer_token, tokenize_rows
+from .tokens import Tokenized, answer_tokens, tokenize_rows
 from .featurizer_files import bundle_header, space_width
 
 BUFFER_BOUND = 256 * 2**20  # bytes a stacked continuation read may hold (rows × decode × width × 4)
@@ -74,6 +74,7 @@ class _PointCompiler:
         self.spec, self.ctx, self.addresses = spec, ctx, addresses
         self.tok = ctx.facts.tokenizer
         self.published: dict[str, Optional[int]] = {}  # output name -> width (None: not an operand)
+        self._answers: dict[str, tuple[int, ...]] = {}  # answer text -> its tokens (fits ask per update)
         self.spaces = {n: self._space(n) for n in spec.featurizers}
 
     # --- featurizers -------------------------------------------------------
@@ -379,19 +380,66 @@ class _PointCompiler:
         read = iv.reads[metric.of]
         ds = loaded[read.input]
         kind = METRICS[metric.kind]
-        columns = []
-        for field_name, column in zip(kind.columns, metric.columns):
-            values = data_mod.column_values(ds, column, path=f"{path}.{field_name}")
-            columns.append(tuple(None if values[i] is None else
-                                 answer_token(self.tok, values[i], path=f"{path}.{field_name}")
-                                 for i in rows))
-        eligible = tuple(all(c[r] is not None for c in columns) for r in range(len(rows)))
+        compared = list(zip(kind.columns, metric.columns))
+        contrast, contrast_from = _contrast(name, metric, iv)
+        if contrast is not None:
+            compared.append(("distinct_from", contrast))
+        answers, pieces = [], []
+        for label, column in compared:
+            values = data_mod.column_values(ds, column, path=f"{path}.{label}")
+            answers.append(tuple(values[i] for i in rows))
+            pieces.append(tuple(None if values[i] is None else self._answer(values[i], f"{path}.{label}")
+                                for i in rows))
+        reasons = []
+        own = len(kind.columns)
+        for r in range(len(rows)):
+            # A missing answer of the metric's own excludes the row; a missing contrast leaves
+            # nothing to collide with.
+            firsts = [p[r][0] for p in pieces if p[r] is not None]
+            reasons.append("no_answer" if any(p[r] is None for p in pieces[:own]) else
+                           "answers_share_token" if len(set(firsts)) < len(firsts) else "")
+        eligible = tuple(not reason for reason in reasons)
+        first = tuple(tuple(None if p is None else p[0] for p in col) for col in pieces[:own])
+        scored = tuple(tuple(None if p is None else self._piece(p[0]) for p in col) for col in pieces)
+        made = Metric(name=name, kind=metric.kind, of=metric.of, model=read.model, input=read.input,
+                      token_ids=first, column_eligible=eligible, unit=kind.unit,
+                      estimand_version=kind.estimand_version, compared=tuple(compared),
+                      answers=tuple(answers), pieces=tuple(pieces), scored=scored,
+                      column_reasons=tuple(reasons), contrast_from=contrast_from)
         if not any(eligible):
+            shared = reasons.count("answers_share_token")
+            if shared:
+                ids = ds.example_ids()
+                raise CompileError(path, f"every row's answers share their scored token ({shared} of "
+                                   f"{len(rows)}: {show_tokens.exclusions(made, [ids[i] for i in rows])})"
+                                   ": each row would compare a token with itself",
+                                   "use answers whose first tokens differ on this tokenizer "
+                                   "(`causalab-mini explain --tokens` shows them)")
             raise CompileError(path, f"no row has a value in every column {list(metric.columns)}: "
                                "a metric of nothing has no mean", "score rows that have an answer")
-        return Metric(name=name, kind=metric.kind, of=metric.of, model=read.model, input=read.input,
-                      token_ids=tuple(columns), column_eligible=eligible, unit=kind.unit,
-                      estimand_version=kind.estimand_version)
+        return made
+
+    def _piece(self, token_id: int) -> str:
+        return self.tok.convert_ids_to_tokens(token_id)
+
+    def _answer(self, value, path: str) -> tuple[int, ...]:
+        key = str(value)
+        if key not in self._answers:
+            self._answers[key] = answer_tokens(self.tok, value, path=path)
+        return self._answers[key]
+
+
+def _contrast(name: str, metric, iv) -> tuple[Optional[str], Optional[str]]:
+    """The column a metric's answer must differ from, and why: the document's ``distinct_from``,
+    or, for a match, the other answer of a logit_diff on the same read (the document compares them)."""
+    if metric.distinct_from is not None:
+        return metric.distinct_from, "distinct_from"
+    if metric.kind != "match":
+        return None, None
+    for other, m in iv.metrics.items():
+        if m.kind == "logit_diff" and m.of == metric.of and metric.expected in (m.a, m.b):
+            return (m.b if m.a == metric.expected else m.a), f"logit_diff {other!r}"
+    return None, None
 
 
 def _step_of(where):

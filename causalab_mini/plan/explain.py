@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from . import show_tokens
 from .plan import Featurizers, Fit, Forward, Observe, Plan, ReadOp, Weights
 
 
@@ -28,15 +29,17 @@ def _op_line(op, decode) -> str:
     return f"write {op.name!r} {at} pos={op.where.spelling()} {op.mechanism}({', '.join(args)}) {via}{features}"
 
 
-def _forward_lines(f: Forward, indent: str) -> list[str]:
+def _forward_lines(f: Forward, indent: str, show=None) -> list[str]:
     decode = f"  decode={f.decode}" if f.decode else ""
     lines = [f"{indent}forward {f.model!r} on {f.input!r}  ({f.rows} rows x {f.tokens} tokens){decode}"]
     for tap in f.taps:
         lines += [f"{indent}  {_op_line(op, f.decode)}" for op in (*tap.writes, *tap.reads)]
+    if show is not None:
+        lines += show_tokens.forward_rows(f, show[0], show[1], indent + "    ")
     return lines
 
 
-def _observe_lines(name: str, obs: Observe, indent: str) -> list[str]:
+def _observe_lines(name: str, obs: Observe, indent: str, show=None) -> list[str]:
     head = f"{indent}{name}: Observe  metrics={[f'{m.name}/{m.kind}' for m in obs.metrics]}"
     if obs.outputs:
         head += f"  outputs={[o.spelling() for o in obs.outputs]}"
@@ -44,7 +47,11 @@ def _observe_lines(name: str, obs: Observe, indent: str) -> list[str]:
         head += f"  saves={[s.file_path for s in obs.saves]}"
     lines = [head]
     for f in obs.forwards:
-        lines += _forward_lines(f, indent + "    ")
+        lines += _forward_lines(f, indent + "    ", show)
+    for m in obs.metrics:
+        lines += show_tokens.metric_summary(m, obs.example_ids, indent + "    ")
+    if show is not None:
+        lines += show_tokens.metric_rows(obs, show[1], indent + "    ")
     return lines
 
 
@@ -56,14 +63,14 @@ def _shown_path(path: str) -> str:
     return path if rel.startswith("..") else rel
 
 
-def _step_lines(name: str, step: Any, indent: str) -> list[str]:
+def _step_lines(name: str, step: Any, indent: str, show=None) -> list[str]:
     if isinstance(step, Plan):
         lines = [f"{indent}{name}: Plan"]
         for child, sub in step.steps.items():
-            lines += _step_lines(child, sub, indent + "  ")
+            lines += _step_lines(child, sub, indent + "  ", show)
         return lines
     if isinstance(step, Observe):
-        return _observe_lines(name, step, indent)
+        return _observe_lines(name, step, indent, show)
     if isinstance(step, Featurizers):
         lines = [f"{indent}{name}: Featurizers"]
         for s in step.specs:
@@ -82,7 +89,7 @@ def _step_lines(name: str, step: Any, indent: str) -> list[str]:
                  f"update{'s' if updates != 1 else ''}  lr={step.lr} objective={step.objective} "
                  f"params={step.params}{stop}{anneal}"]
         if step.epochs:
-            lines += _observe_lines("epochs[0][0]", step.epochs[0][0], indent + "    ")
+            lines += _observe_lines("epochs[0][0]", step.epochs[0][0], indent + "    ", show)
             more = len(step.epochs) * updates - 1
             if more:
                 lines.append(f"{indent}    … {more} more update{'s' if more != 1 else ''}, the same pass "
@@ -90,7 +97,7 @@ def _step_lines(name: str, step: Any, indent: str) -> list[str]:
         if step.evaluation is not None:
             ev = step.evaluation
             ev = Observe(**{**ev.__dict__, "saves": step.saves})
-            lines += _observe_lines("evaluation", ev, indent + "    ")
+            lines += _observe_lines("evaluation", ev, indent + "    ", show)
         return lines
     if isinstance(step, Weights):
         return [f"{indent}{name}: Weights  names={list(step.names)}  "
@@ -98,10 +105,13 @@ def _step_lines(name: str, step: Any, indent: str) -> list[str]:
     raise TypeError(f"unknown step {type(step).__name__}")
 
 
-def explain(plan: Plan) -> str:
+def explain(plan: Plan, *, tokenizer=None, rows: int = 3) -> str:
+    """The plan as text; with ``tokenizer`` (``explain --tokens``), the first ``rows`` rows of every
+    forward as tokens with where each op lands, and each metric's scored tokens per row."""
+    show = (tokenizer, rows) if tokenizer is not None else None
     lines = [f"{plan.name}: Plan"]
     for name, step in plan.steps.items():
-        lines += _step_lines(name, step, "  ")
+        lines += _step_lines(name, step, "  ", show)
     return "\n".join(lines)
 
 

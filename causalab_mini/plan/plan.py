@@ -144,9 +144,26 @@ class Metric:
     model: str
     input: str
     token_ids: tuple[tuple[Optional[int], ...], ...]  # per column (vocab.COLUMNS order), per row
-    column_eligible: tuple[bool, ...]  # the client's half: every column had a value
+    column_eligible: tuple[bool, ...]  # the client's half: every answer there, no two sharing a token
     unit: str
     estimand_version: str
+    # What each row's answers are, for people: (label, data column) per answer recorded — the
+    # kind's columns, then the contrast ("distinct_from") when there is one — and per label,
+    # per row, the answer's text and its full tokenization (the first id is the one scored).
+    compared: tuple[tuple[str, str], ...] = ()
+    answers: tuple[tuple[Optional[str], ...], ...] = ()
+    pieces: tuple[tuple[Optional[tuple[int, ...]], ...], ...] = ()
+    scored: tuple[tuple[Optional[str], ...], ...] = ()  # per label, per row: the scored token as a string
+    column_reasons: tuple[str, ...] = ()  # per row: "", "no_answer" or "answers_share_token"
+    contrast_from: Optional[str] = None  # why a contrast is held apart: "distinct_from", or the logit_diff
+
+    @property
+    def partial(self) -> int:
+        """Eligible rows scored on the first of an answer's several tokens (the metric's own
+        answers; a contrast is only compared by its first)."""
+        own = self.pieces[:len(self.token_ids)]
+        return sum(1 for r, ok in enumerate(self.column_eligible)
+                   if ok and any(p[r] is not None and len(p[r]) > 1 for p in own))
 
 
 @dataclass(frozen=True)

@@ -297,6 +297,11 @@ class MetricDef(_Strict):
     target: Optional[str] = Field(None, validate_default=True)
     token: Optional[str] = Field(None, validate_default=True)
     token_form: Literal["space_prefixed"] = "space_prefixed"
+    # A column whose answer this metric's must not share a scored token with: a row where they
+    # do compares a token with itself and is excluded (answers_share_token). logit_diff's a and
+    # b are always held apart; a match on a read a logit_diff also scores takes that contrast.
+    distinct_from: Optional[str] = Field(None, description="A data column whose answer must not "
+                                         "share the scored token (rows that do are excluded).")
 
     @field_validator("expected", "a", "b", "target", "token")
     @classmethod
@@ -442,12 +447,17 @@ class Spec(_Strict):
     def canonical(self) -> dict:
         """The experiment without its header, every default written out: what ``produced_by`` digests.
 
-        ``model.modules`` is left out when the document names none: a field added to the
-        schema later does not change what an experiment that never used it is.
+        Fields added to the schema later (``model.modules``, a metric's ``distinct_from``) are
+        left out when the document does not use them: they do not change what an experiment
+        that never used them is.
         """
         out = self.model_dump(mode="json", exclude={"header"})
         if out["model"].get("modules") is None:
             out["model"].pop("modules", None)
+        for iv in out.get("interventions", {}).values():
+            for metric in iv.get("metrics", {}).values():
+                if metric.get("distinct_from") is None:
+                    metric.pop("distinct_from", None)
         return out
 
     @property

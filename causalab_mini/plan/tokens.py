@@ -68,12 +68,13 @@ def turn_spans(text: str, turns, path: str, row: int) -> dict:
     return spans
 
 
-def answer_token(tok, value, *, path: str) -> int:
-    """The id a model would produce for ``value`` said after a word (token_form ``space_prefixed``).
+def answer_tokens(tok, value, *, path: str) -> tuple[int, ...]:
+    """The ids a model would produce for ``value`` said after a word (token_form ``space_prefixed``);
+    a metric scores the first, and says how many there are.
 
     Encoding ``" Sunday"`` alone is tokenizer-dependent (a sentencepiece tokenizer
     may prepend its own space marker); encoding it after a word and taking the
-    first new token is what the model actually predicts.
+    new tokens is what the model actually predicts.
     """
     word = str(value).strip()
     if not word:
@@ -83,4 +84,4 @@ def answer_token(tok, value, *, path: str) -> int:
     if full[: len(head)] != head or len(full) == len(head):
         raise CompileError(path, f"{value!r} does not tokenize as a continuation on this tokenizer",
                            "use an answer the tokenizer can spell after a space")
-    return full[len(head)]
+    return tuple(full[len(head):])

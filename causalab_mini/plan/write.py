@@ -70,9 +70,16 @@ def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
             row["positions"] = None
             row["reason"] = ""
         if not ok and not row["reason"] and not metric.column_eligible[i]:
-            # The column half excluded it (the data had no answer) — say so even when the
-            # position half, reported above, found the position.
-            row["reason"] = "no_answer"
+            # The column half excluded it (no answer, or two answers scoring one token) — say
+            # so even when the position half, reported above, found the position.
+            row["reason"] = metric.column_reasons[i] if metric.column_reasons else "no_answer"
+        if metric.compared:
+            # What was scored: each answer's text, the token it is scored by, and how many
+            # tokens the whole answer has (more than 1: scored on its first piece).
+            row["answers"] = {label: {"column": column, "text": metric.answers[k][i],
+                                      "token": metric.scored[k][i],
+                                      "tokens": None if metric.pieces[k][i] is None else len(metric.pieces[k][i])}
+                              for k, (label, column) in enumerate(metric.compared)}
         row.update(unit=metric.unit, estimand_version=metric.estimand_version, produced_by=produced_by)
         rows.append(row)
     return rows

@@ -210,6 +210,8 @@ def prompt_lengths(model: str = "tiny-llama", data: str = "weekdays/train", *,
 _METRIC_NAMES = {"match": "iia", "logit_diff": "logit_diff", "cross_entropy": "ce",
                  "token_logit": "answer_logit", "token_prob": "p_answer"}
 _ANSWER_COLUMNS = ("cf_answer", "base_answer", "answer", "label")
+# Columns holding the same answer on every row (answer is base_answer, label is cf_answer).
+_SAME_ANSWER = {"cf_answer": "cf", "label": "cf", "base_answer": "base", "answer": "base"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -305,7 +307,14 @@ def _document(draw, model: str, data: str, models, data_roots, sweeps: bool, sco
         metric: dict = {"kind": kind, "of": "logits"}
         for column in vocab.METRICS[kind].columns:
             metric[column] = draw(st.sampled_from(answers))
+        if kind == "logit_diff":  # b is the other day's answer: a with itself is refused, every row
+            others = [c for c in answers if _SAME_ANSWER[c] != _SAME_ANSWER[metric["a"]]]
+            if not others:
+                continue
+            metric["b"] = draw(st.sampled_from(others))
         metrics[_METRIC_NAMES[kind]] = metric
+    if not metrics:  # data with one answer column and only logit_diff drawn
+        metrics["p_answer"] = {"kind": "token_prob", "of": "logits", "token": answers[0]}
     saved = draw(st.lists(st.sampled_from(sorted(metrics)), unique=True, max_size=len(metrics)))
     saves = []
     for name in saved:
