@@ -147,9 +147,21 @@ def test_independent_wrappers_are_a_cross_product_in_reading_order():
     ]
 
 
-def test_unnamed_wrappers_with_the_same_label_are_separate_axes():
+def test_two_axes_of_one_name_are_refused_naming_both_and_as_tells_them_apart():
+    """``pos=-1,pos=-2`` would be a point no ``point(pos=...)`` selector can pick out."""
     raw = {"reads": {"v": {"pos": {"sweep": [-1, -2]}}}, "writes": {"p": {"pos": {"sweep": [-1, -2]}}}}
-    assert [p.name for p in lower(raw)] == ["pos=-1,pos=-1", "pos=-1,pos=-2", "pos=-2,pos=-1", "pos=-2,pos=-2"]
+    assert refusal(raw) == (
+        "writes.p.pos: this sweep and the one at reads.v.pos are two axes both named 'pos', so their points "
+        'cannot be told apart by name; give this one an "as" of its own (e.g. "as": "pos_2"), or give both '
+        'the same "as" to move them together')
+    raw["writes"]["p"]["pos"]["as"] = "write_pos"
+    assert [p.name for p in lower(raw)] == ["pos=-1,write_pos=-1", "pos=-1,write_pos=-2",
+                                            "pos=-2,write_pos=-1", "pos=-2,write_pos=-2"]
+    raw["reads"]["v"]["pos"]["as"] = "write_pos"  # one axis: they move together
+    assert [p.name for p in lower(raw)] == ["write_pos=-1", "write_pos=-2"]
+    # An "as" that takes another axis's name is the same refusal.
+    raw = {"reads": {"v": {"pos": {"sweep": [-1, -2]}}}, "writes": {"p": {"layer": {"sweep": [0, 1], "as": "pos"}}}}
+    assert refusal(raw).startswith("writes.p.layer: this sweep and the one at reads.v.pos are two axes both named 'pos'")
 
 
 def test_a_float_weight_inside_a_list_is_named_by_its_field():
@@ -339,11 +351,11 @@ def test_two_values_spelled_alike_on_one_axis_are_refused(values):
 
 def test_two_axes_sharing_a_label_whose_point_names_collide_are_refused():
     # Labels that hold the name's own separators can make two combinations spell alike.
-    raw = {"p": {"a": {"sweep": ["1,a=2", "1"]}}, "q": {"a": {"sweep": ["3", "2,a=3"]}}}
+    raw = {"p": {"a": {"sweep": ["1,b=2", "1"]}}, "q": {"b": {"sweep": ["3", "2,b=3"]}}}
     message = refusal(raw)
-    assert "two points are both named 'a=1,a=2,a=3'" in message
+    assert "two points are both named 'a=1,b=2,b=3'" in message
     assert message.endswith('give one of the axes its own name with "as"')
-    raw["q"]["a"]["as"] = "b"
+    raw["q"]["b"]["sweep"] = ["3", "4"]
     assert len(lower(raw)) == 4
 
 
@@ -375,7 +387,7 @@ def test_refuse_unlowered():
     )
 )
 def test_points_are_the_product_of_axis_lengths_with_unique_names(value_lists):
-    raw = {"model": {"key": "m"}, "fields": [{"f": {"sweep": values}} for values in value_lists]}
+    raw = {"model": {"key": "m"}, "fields": [{f"f{i}": {"sweep": values}} for i, values in enumerate(value_lists)]}
     points = lower(raw)
     expected = 1
     for values in value_lists:
@@ -384,7 +396,7 @@ def test_points_are_the_product_of_axis_lengths_with_unique_names(value_lists):
     assert len({p.name for p in points}) == len(points)
     for point in points:
         assert not is_swept(point.document)
-        got = [entry["f"] for entry in point.document["fields"]]
+        got = [entry[f"f{i}"] for i, entry in enumerate(point.document["fields"])]
         assert got == [value for _, value in point.coords]
     if not value_lists:
         assert points[0].name is None

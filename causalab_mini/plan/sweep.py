@@ -195,9 +195,19 @@ def _collect(raw) -> list[tuple[Axis, list[tuple]]]:
         key_paths.append(key_path)
         per_path.append(values)
     result = []
+    named: dict[str, Axis] = {}
     for name, key_paths, per_path in groups.values():
         axis = Axis(name, tuple(join_path(*p) for p in key_paths), per_path[0], tuple(per_path))
         _check_names(axis)
+        if name in named:
+            # Two axes called alike make points named "pos=-3,pos=-1", which no point(pos=...)
+            # selector can tell apart: refused rather than renamed behind the author's back.
+            first = named[name].paths[0]
+            raise SweepError(axis.paths[0], f"this sweep and the one at {first} are two axes both named "
+                             f"{name!r}, so their points cannot be told apart by name",
+                             f'give this one an "as" of its own (e.g. "as": "{name}_2"), or give both '
+                             'the same "as" to move them together')
+        named[name] = axis
         result.append((axis, key_paths))
     return result
 
