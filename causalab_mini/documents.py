@@ -62,8 +62,14 @@ class ValidPoint:
 
 
 def points(raw: dict) -> list[ValidPoint]:
-    """Every sweep point of a document, validated (no model, no data)."""
-    return [ValidPoint(p.name, validate_point(p.document), p.document, p.coords) for p in sweep.lower(raw)]
+    """Every sweep point of a document, validated (no model, no data), its expectations included:
+    a result, point or axis they name that the document does not have is refused here, so
+    ``validate``, ``explain`` and pytest's collection refuse the same documents alike."""
+    from .plan import expect
+
+    found = [ValidPoint(p.name, validate_point(p.document), p.document, p.coords) for p in sweep.lower(raw)]
+    expect.check_points(found)
+    return found
 
 
 def shape(raw: dict) -> str:

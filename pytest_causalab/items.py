@@ -52,8 +52,7 @@ class DocumentFile(pytest.File):
     def collect(self):
         try:
             raw = documents.read(self.path)
-            points = documents.points(raw)
-            expect.check_points(points)
+            points = documents.points(raw)  # the expectations checked too, as validate does
         except Exception as err:  # noqa: BLE001 - one bad document must not stop the session
             # The document is one failing item with its refusal, and every other document runs;
             # an error pytest would raise at collection interrupts the whole session.

@@ -114,6 +114,13 @@ def test_explain_prints_the_forwards():
     cf = max(len(tok(r["counterfactual_inputs"][0])["input_ids"]) for r in data)
     base = max(len(tok(r["input"])["input_ids"]) for r in data)
     text = ok("explain", PATCHING)
+    head = len(tok("a", add_special_tokens=False)["input_ids"])
+
+    def several(word: str) -> bool:  # the answer is more than one token after a word
+        return len(tok("a " + word.strip(), add_special_tokens=False)["input_ids"]) - head > 1
+
+    multi = sum(1 for r in data if several(r["cf_answer"]))
+    both = sum(1 for r in data if several(r["cf_answer"]) or several(r["base_answer"]))
     assert text.splitlines() == [
         "<root>: Plan",
         "  score: Observe  metrics=['iia/match', 'logit_diff/logit_diff']  saves=['iia.json', 'logit_diff.json']",
@@ -122,6 +129,9 @@ def test_explain_prints_the_forwards():
         f"      forward 'patched' on 'base'  (4 rows x {base} tokens)",
         "        write 'patch' at block_output[0] pos={index:-1} swap(v_cf) via 'identity'",
         "        read  'logits' at lm_head pos={index:-1} via 'identity'",
+        "      metric 'iia': held apart from 'base_answer' (the other answer of logit_diff 'logit_diff')",
+        f"      metric 'iia': {multi} of 4 rows scored on the first of their answer's several tokens",
+        f"      metric 'logit_diff': {both} of 4 rows scored on the first of their answer's several tokens",
     ]
 
 

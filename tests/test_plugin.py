@@ -130,6 +130,37 @@ def test_an_expectation_naming_no_metric_is_refused_at_collection(tester):
                                  "  fix:  metrics here: ['iia', 'logit_diff']"])
 
 
+MISSPELLED = {  # name: (corpus document, expectations)
+    "result": ("pos_sweep", [{"result": "iiaa", "mean": {">": 0}}]),
+    "point": ("pos_sweep", [{"result": "iia", "mean": {">": 0}, "points": ["pos=-9"]}]),
+    "axis": ("pos_sweep", [{"result": "iia", "mean": {">": 0}, "points": {"layer": 0}}]),
+    "value": ("pos_sweep", [{"result": "iia", "mean": {">": 0}, "points": {"pos": [-1, -7]}}]),
+    "unswept": ("patching", [{"result": "iia", "mean": {">": 0}, "points": ["pos=-1"]}]),
+}
+
+
+def test_validate_refuses_every_expectation_misspelling_as_collection_does(tester, capsys):
+    """One checker (documents.points) serves validate, explain and collection: same path, problem, fix."""
+    from causalab_mini import cli
+
+    refusals = {}
+    for name, (source, expectations) in MISSPELLED.items():
+        path = write(tester, name, source, expect=expectations)
+        assert cli.main(["validate", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error: DocumentError: header.expect.0"), err
+        refusals[name] = err.strip().removeprefix("error: DocumentError: ")
+        assert cli.main(["explain", str(path)]) == 2
+        assert capsys.readouterr().err.strip().removeprefix("error: DocumentError: ") == refusals[name]
+    result = tester.runpytest()
+    result.assert_outcomes(failed=len(MISSPELLED))
+    out = result.stdout.str()
+    for name, text in refusals.items():
+        where, rest = text.split(": ", 1)
+        what, fix = rest.split("; ", 1)
+        assert f"DocumentError in {name}.causalab.json::{name}\n  at:   {where}\n  what: {what}\n  fix:  {fix}" in out
+
+
 # --- selection --------------------------------------------------------------------------------
 
 def test_selection_by_node_id_marker_and_keyword(tester):
