@@ -305,9 +305,13 @@ def _load_file(file: Path, ref: str, path: str) -> Dataset:
 
 
 # A split is read whole and every row tokenized at compile time; past these it is a corpus to
-# sample from, not one experiment's rows. Both are checked before the rows are parsed.
+# sample from, not one experiment's rows. Each is checked before the rows it counts are parsed.
 MAX_ROWS = 200_000
 MAX_BYTES = 512 * 2**20
+# One row is one example: a prompt, its counterfactuals, its answers. Tokenizing a row takes
+# some 80 times its size in Python objects (a token id and its offsets per byte, at worst),
+# so a megabyte line is a document pasted into a row, refused before it is parsed or tokenized.
+MAX_LINE_BYTES = 2**20
 
 
 def _parse(file: Path, path: str) -> tuple:
@@ -323,12 +327,18 @@ def _parse(file: Path, path: str) -> tuple:
     except OSError as exc:
         raise DataError(path, f"cannot read {file}: {exc}", "check the file's permissions") from None
     rows = []
-    for lineno, line in enumerate(text.splitlines(), start=1):
+    # Lines end at "\n" alone (JSON Lines; a "\r" before it is JSON whitespace): str.splitlines
+    # would also cut at U+2028, U+0085 and the like, which a JSON string may hold as they are.
+    for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         if len(rows) == MAX_ROWS:
             raise DataError(path, f"{file} has more than {MAX_ROWS:,} rows, the most a split may hold",
                             "sample the rows an experiment needs into a split of their own")
+        if len(line) > MAX_LINE_BYTES // 4 and (nbytes := len(line.encode("utf-8"))) > MAX_LINE_BYTES:
+            raise DataError(path, f"{file}:{lineno}: row {len(rows)} is {nbytes:,} bytes, over the "
+                            f"{MAX_LINE_BYTES >> 20} MiB a row may hold",
+                            "keep a row to one example: its prompts and answers, not a corpus of text")
         try:
             row = jsontext.loads(line)
         except jsontext.Problem as exc:

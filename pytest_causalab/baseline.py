@@ -28,6 +28,8 @@ different points of one document lose nothing and a reader never sees half a fil
 from __future__ import annotations
 
 import json
+import math
+import sys
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -65,22 +67,93 @@ def load(path: Path, *, repair: bool = False) -> dict:
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
         return _unreadable(path, f"format {found!r}, expected {FORMAT!r}", repair)
-    if not _well_formed(data.get("points", {})):
-        return _unreadable(path, "a baseline holds \"points\": {name: {\"produced_by\", \"results\": {...}}}, "
-                                 "and this file's do not", repair)
+    problem = _malformed(data.get("points"))
+    if problem:
+        return _unreadable(path, f"{problem}, not what a baseline holds ({SHAPE})", repair)
     return data
 
 
-def _well_formed(points) -> bool:
-    """The shape ``check`` reads: {point: {"results": {name: {"rows": {...}}}, "tensors": {file: {name: {...}}}}}."""
-    def mapping_of(value, inner) -> bool:
-        return isinstance(value, dict) and all(inner(v) for v in value.values())
+SHAPE = ('"points": {point: {"produced_by", "results": {name: {"rows": {example_id: number or null}}}, '
+         '"tensors": {file: {name: {"shape", "dtype", "values" or "sums"}}}}}')
+SUMS = ("sum", "abs_sum", "square_sum")
 
-    def entry_ok(e) -> bool:
-        return (isinstance(e, dict)
-                and mapping_of(e.get("results", {}), lambda r: isinstance(r, dict) and isinstance(r.get("rows"), dict))
-                and mapping_of(e.get("tensors", {}), lambda f: mapping_of(f, lambda t: isinstance(t, dict))))
-    return mapping_of(points, entry_ok)
+
+def _malformed(points) -> str:
+    """The first thing in a baseline's ``"points"`` that ``check`` and ``compare_tensor`` could not
+    read (as ``points.<name>...: what is there``), or "" when it is all their shape."""
+    if not isinstance(points, dict):
+        return f"\"points\" is {_kind(points)}"
+    for name, e in points.items():
+        at = f"points.{name}"
+        if not isinstance(e, dict):
+            return f"{at} is {_kind(e)}"
+        results, tensors = e.get("results"), e.get("tensors", {})  # every entry has results; tensors if saved
+        if not isinstance(results, dict):
+            return f"{at}.results is {_kind(results)}"
+        for result, r in results.items():
+            rows = r.get("rows") if isinstance(r, dict) else None
+            if not isinstance(rows, dict):
+                return f"{at}.results.{result}.rows is {_kind(rows)}"
+            for example_id, value in rows.items():
+                if value is not None and not _number(value):
+                    return f"{at}.results.{result}.rows.{example_id} is {_kind(value)}"
+        if not isinstance(tensors, dict):
+            return f"{at}.tensors is {_kind(tensors)}"
+        for file, named in tensors.items():
+            if not isinstance(named, dict):
+                return f"{at}.tensors.{file} is {_kind(named)}"
+            for tensor, entry in named.items():
+                problem = _tensor_malformed(entry)
+                if problem:
+                    return f"{at}.tensors.{file}.{tensor}{problem}"
+    return ""
+
+
+def _tensor_malformed(entry) -> str:
+    """What ``compare_tensor`` could not read in a stored entry (``tensor_entry``'s shape), or ""."""
+    if not isinstance(entry, dict):
+        return f" is {_kind(entry)}"
+    shape, dtype = entry.get("shape"), entry.get("dtype")
+    if not (isinstance(shape, list) and all(type(n) is int and n >= 0 for n in shape)):
+        return f".shape is {_kind(shape)}, not a list of sizes"
+    if not isinstance(dtype, str):
+        return f".dtype is {_kind(dtype)}"
+    if "values" in entry:
+        values = entry["values"]
+        if not (isinstance(values, list) and all(_number(v) for v in values)):
+            return f".values is {_kind(values)}, not a list of numbers"
+        if len(values) != math.prod(shape):  # a shorter list would compare only its prefix
+            return f".values holds {len(values)} numbers for shape {shape}"
+    elif "sums" in entry:
+        sums = entry["sums"]
+        if not (isinstance(sums, dict) and all(_number(sums.get(k)) for k in SUMS)):
+            return f".sums is {_kind(sums)}, not {{{', '.join(map(repr, SUMS))}}} numbers"
+    else:
+        return " has neither \"values\" nor \"sums\""
+    return ""
+
+
+def _number(value) -> bool:
+    """A JSON number (a boolean: a bool tensor's element) a float can hold: 1e400 as an integer cannot."""
+    if isinstance(value, float):
+        return True
+    return isinstance(value, int) and abs(value) <= _FLOAT_MAX
+
+
+_FLOAT_MAX = int(sys.float_info.max)
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()}"
+    if isinstance(value, (int, float)):
+        text = repr(value)
+        return f"the number {text if len(text) <= 24 else text[:12] + '…'}"
+    if isinstance(value, str):
+        return f"the string {value[:40]!r}" + ("…" if len(value) > 40 else "")
+    return "an array" if isinstance(value, list) else "an object"
 
 
 def _unreadable(path: Path, problem: str, repair: bool) -> dict:

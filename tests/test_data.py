@@ -118,6 +118,16 @@ def test_blank_lines_are_skipped(tmp_path):
     assert [r["a"] for r in load("b/train", [tmp_path]).rows] == [1, 2]
 
 
+@pytest.mark.parametrize("char", ["\u2028", "\u2029", "\x85"])
+def test_a_string_holding_a_character_splitlines_cuts_at_is_one_row(tmp_path, char):
+    """JSON lets a string hold these line breaks of Unicode's as themselves (json.dumps with
+    ensure_ascii=False writes them so; it escapes the ASCII ones), and JSON Lines ends a row at
+    "\n" only: the row is read as written, not cut in two and refused as broken JSON."""
+    rows = [{"input": f"If today is{char} Thursday", "n": 1}, {"input": "x", char: char}]
+    write_jsonl(tmp_path, "sep/train", None, raw="".join(json.dumps(r, ensure_ascii=False) + "\r\n" for r in rows))
+    assert load("sep/train", [tmp_path]).rows == tuple(rows)
+
+
 def test_first_root_with_the_file_wins(tmp_path):
     first, second = tmp_path / "one", tmp_path / "two"
     write_jsonl(first, "d/train", [{"who": "one"}])

@@ -19,7 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from causalab_mini import documents
-from causalab_mini.errors import CompileError
+from causalab_mini.errors import CompileError, DataError
 from causalab_mini.ops import locate
 from causalab_mini.plan.chat import render_row
 from causalab_mini.plan.tokens import tokenize_rows
@@ -374,6 +374,40 @@ def test_a_segment_and_a_variable_compose(chat, llama):
         assert said < question_at
         before = llama(rendered[: said + len(row["entity"])])["input_ids"]
         assert pad + len(before) - 1 not in scoped[r], "the assistant's mention is not touched"
+
+
+MESSAGE_FIX = 'write each message as {"role": "user", "content": "the text"}'
+
+
+@pytest.mark.parametrize("edit, what", [
+    (lambda m: m[0].update(content=None), f"row 1: message 0's content is null, not text; {MESSAGE_FIX}"),
+    (lambda m: m[1].update(content=3), f"row 1: message 1's content is the number 3, not text; {MESSAGE_FIX}"),
+    (lambda m: m[2].update(role=["user"]), f"row 1: message 2's role is an array, not text; {MESSAGE_FIX}"),
+    (lambda m: m.insert(1, {"role": "user", "content": "Hi."}),
+     "row 1: the checkpoint's chat template refuses these messages (Conversation roles must alternate "
+     "user/assistant/user/assistant/...); write the conversation as this checkpoint's template takes it"),
+], ids=["content null", "content a number", "role an array", "turns out of order"])
+def test_chat_messages_the_template_cannot_render_are_refused_naming_the_row(tmp_path, edit, what):
+    """Before, the template's own exceptions (jinja2's UndefinedError on ``None.strip()``, its
+    ``raise_exception`` for turns out of order) came out of the compile as they were."""
+    rows = [json.loads(line) for line in (DATA / "weekdays" / "chat.jsonl").read_text().splitlines() if line.strip()]
+    edit(rows[1]["counterfactual_inputs"][0])
+    (tmp_path / "weekdays").mkdir()
+    (tmp_path / "weekdays" / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    raw = json.loads((CORPUS / "chat_turn.causalab.json").read_text())
+    with pytest.raises(DataError) as caught:
+        documents.compile_plan(raw, document=CORPUS / "chat_turn.causalab.json", models=[MODELS], data=[tmp_path])
+    assert str(caught.value) == f"roles.counterfactual.field: {what}"
+
+
+def test_a_chat_template_that_does_not_parse_is_the_checkpoints_refusal():
+    tok = transformers.AutoTokenizer.from_pretrained(str(MODELS / "tiny-llama"))
+    tok.chat_template = "{% if messages %}unclosed"
+    with pytest.raises(CompileError) as caught:
+        render_row(tok, [{"role": "user", "content": "Hi."}], "roles.base.field", 0)
+    assert str(caught.value).startswith("roles.base.field: the checkpoint's chat template is not a template "
+                                        "(Unexpected end of template.")
+    assert str(caught.value).endswith(", line 1); fix the checkpoint's chat_template, or use plain-text prompts")
 
 
 def test_eos_is_refused_in_the_prompt_frame():

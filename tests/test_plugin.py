@@ -457,6 +457,63 @@ def test_a_broken_baseline_is_refused_by_name_and_repaired_by_the_update_flag(te
     tester.runpytest().assert_outcomes(passed=1)
 
 
+GOOD_ENTRY = {"produced_by": "0" * 64, "results": {"iia": {"rows": {"0": 1.0, "1": None}}},
+              "tensors": {"generated.safetensors": {"ids": {"shape": [2, 2], "dtype": "int64",
+                                                            "values": [1, 2, 3, 4]}}}}
+
+
+def _single(f):
+    return f["points"]["single"]
+
+
+def _ids(f):
+    return _single(f)["tensors"]["generated.safetensors"]["ids"]
+
+
+@pytest.mark.parametrize("edit, what", [
+    (lambda f: f.pop("points"), '"points" is null'),
+    (lambda f: _single(f).pop("results"), "points.single.results is null"),
+    (lambda f: _single(f)["results"]["iia"]["rows"].update({"1": "0.5"}),
+     "points.single.results.iia.rows.1 is the string '0.5'"),
+    (lambda f: _single(f)["results"]["iia"]["rows"].update({"1": 10 ** 400}),
+     "points.single.results.iia.rows.1 is the number 100000000000…"),
+    (lambda f: _single(f)["results"]["iia"]["rows"].update({"1": [1.0]}),
+     "points.single.results.iia.rows.1 is an array"),
+    (lambda f: _ids(f).pop("dtype"), "points.single.tensors.generated.safetensors.ids.dtype is null"),
+    (lambda f: _ids(f).update(shape=2),
+     "points.single.tensors.generated.safetensors.ids.shape is the number 2, not a list of sizes"),
+    (lambda f: _ids(f).update(values=None),
+     "points.single.tensors.generated.safetensors.ids.values is null, not a list of numbers"),
+    (lambda f: _ids(f)["values"].pop(),
+     "points.single.tensors.generated.safetensors.ids.values holds 3 numbers for shape [2, 2]"),
+    (lambda f: _ids(f).pop("values") and _ids(f).update(sums={"sum": 1}),
+     "points.single.tensors.generated.safetensors.ids.sums is an object, not {'sum', 'abs_sum', 'square_sum'} "
+     "numbers"),
+    (lambda f: _ids(f).pop("values"), 'points.single.tensors.generated.safetensors.ids has neither "values" nor "sums"'),
+], ids=["no points", "no results", "a string row", "a row past a float", "an array row", "no dtype",
+        "shape a number", "values null", "fewer values than the shape", "sums incomplete", "no values"])
+def test_a_baseline_the_comparison_cannot_read_is_refused_at_load_naming_where(tmp_path, edit, what):
+    """Before, these loaded, and the comparison raised TypeError, OverflowError or KeyError inside
+    the item (a string row, 1e400 as an integer, a tensor entry without values, a file without
+    "points" written to by an update) — or, for a values list shorter than its shape, compared
+    only its prefix and passed."""
+    from causalab_mini.errors import BaselineError
+    from pytest_causalab import baseline as baseline_mod
+
+    path = tmp_path / "single.json"
+    stored = {"format": baseline_mod.FORMAT, "document": "single.causalab.json",
+              "points": {"single": copy.deepcopy(GOOD_ENTRY)}}
+    path.write_text(json.dumps(stored))
+    assert baseline_mod.load(path) == stored
+    edit(stored)
+    path.write_text(json.dumps(stored))
+    with pytest.raises(BaselineError) as caught:
+        baseline_mod.load(path)
+    assert str(caught.value) == (f"{path}: {what}, not what a baseline holds ({baseline_mod.SHAPE}); "
+                                 f"{baseline_mod.REPAIR}")
+    assert baseline_mod.load(path, repair=True) == {}  # an update flag writes it anew
+
+
 def test_missing_baseline_fails_under_ci(tester, monkeypatch):
     write(tester, "single", "patching")
     monkeypatch.setenv("CI", "1")

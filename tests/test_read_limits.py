@@ -276,3 +276,24 @@ def test_a_split_over_the_row_or_size_limit_is_refused_before_its_rows_are_parse
         fh.truncate(data_mod.MAX_BYTES + 1)
     with pytest.raises(DataError, match=f"over the {data_mod.MAX_BYTES >> 20} MiB a split may hold"):
         data_mod.load("set/train", [tmp_path / "data"])
+
+
+def test_a_row_over_the_line_limit_is_refused_before_it_is_parsed(tmp_path):
+    """One row is one example: a megabyte of it would be tokenized whole (some 80 times its size
+    in Python objects) before any prompt-length check; refused at read, naming the line."""
+    folder = tmp_path / "data" / "set"
+    folder.mkdir(parents=True)
+    head = json.dumps({"input": "x"}) + "\n"
+    text = "\u00e9" * ((data_mod.MAX_LINE_BYTES - 13) // 2) + "x"  # 13: the bytes of {"input": ""}
+    at_limit = json.dumps({"input": text}, ensure_ascii=False)
+    assert len(at_limit.encode()) == data_mod.MAX_LINE_BYTES  # bytes are counted, not characters
+    (folder / "train.jsonl").write_text(head + at_limit + "\n", encoding="utf-8")
+    assert len(data_mod.load("set/train", [tmp_path / "data"])) == 2
+    data_mod.clear_cache()
+    over = json.dumps({"input": text + "x"}, ensure_ascii=False)
+    (folder / "train.jsonl").write_text(head + over + "\n", encoding="utf-8")
+    with pytest.raises(DataError) as caught:
+        data_mod.load("set/train", [tmp_path / "data"], path="steps.score.rows.base")
+    assert str(caught.value) == (f"steps.score.rows.base: {folder / 'train.jsonl'}:2: row 1 is 1,048,577 bytes, "
+                                 "over the 1 MiB a row may hold; keep a row to one example: its prompts and "
+                                 "answers, not a corpus of text")
