@@ -303,12 +303,16 @@ def wrap(tok: Tokenizer, *, bos, eos, unk, pad, chat_template=None) -> PreTraine
     )
 
 
-# Vocabulary sizes, chosen by where the merges stop on this corpus. tiny-llama's
-# is small enough that weekdays come in different lengths (" Monday" one piece,
-# " Tuesday" three, " Thursday" four), so one anchored spec lands at different
-# indices on different rows; tiny-gpt2 splits a few weekdays in two;
-# tiny-gemma2's is large enough that every word of the corpus is one piece.
-VOCAB = {"tiny-llama": 162, "tiny-gpt2": 322, "tiny-gemma2": 200}
+# Vocabulary sizes, chosen by where the merges stop on this corpus. Every
+# weekday's first piece is distinct on every tokenizer, so a metric scoring an
+# answer by its first token never compares one day with another (answers that
+# shared a first piece, " Tuesday"/" Thursday" as "▁T ...", made rows compare a
+# token with itself). Some names still split: tiny-llama's " Wednesday" and
+# " Thursday" are two pieces ("▁Wedn esday", "▁Thur sday") against one for the
+# other days, so one anchored spec lands at different indices on different rows;
+# tiny-gpt2 splits " Thursday" as "ĠT hursday"; tiny-gemma2's vocabulary is
+# large enough that every word of the corpus is one piece.
+VOCAB = {"tiny-llama": 170, "tiny-gpt2": 324, "tiny-gemma2": 200}
 # Which families put a BOS before every prompt (what the empty string encodes to).
 HAS_BOS = {"tiny-llama": True, "tiny-gpt2": False, "tiny-gemma2": True}
 
@@ -558,8 +562,12 @@ def main() -> None:
     for name, tok in toks.items():
         split = {d: tok.convert_ids_to_tokens(tok(" " + d, add_special_tokens=False)["input_ids"]) for d in DAYS}
         print(f"  {name}: vocab {len(tok)}; " + " ".join(f"{d}={p}" for d, p in split.items()))
-    multi = [d for d in DAYS if len(pieces(toks["tiny-llama"], " " + d)) >= 2]
-    assert multi, "tiny-llama must split some weekday into several tokens"
+    for name, tok in toks.items():
+        firsts = [tok(" " + d, add_special_tokens=False)["input_ids"][0] for d in DAYS]
+        assert len(set(firsts)) == len(DAYS), f"{name}: two weekdays share their first token"
+    for name in ("tiny-llama", "tiny-gpt2"):
+        multi = [d for d in DAYS if len(pieces(toks[name], " " + d)) >= 2]
+        assert multi, f"{name} must split some weekday into several tokens"
 
     train_rows = datasets["weekdays/train"]
     for name, tok in toks.items():

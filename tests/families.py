@@ -11,6 +11,7 @@ models and to its own hand-written hooks.
 """
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 TOKENIZER = ROOT / "documents" / "models" / "tiny-llama"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
-D, HEADS, KV, LAYERS, MLP, VOCAB, POSITIONS = 32, 4, 2, 2, 48, 162, 128
+D, HEADS, KV, LAYERS, MLP, POSITIONS = 32, 4, 2, 2, 48, 128
+# The shipped tokenizer's own size, so every id it produces has an embedding row.
+VOCAB = json.loads((TOKENIZER / "config.json").read_text())["vocab_size"]
 
 _LLAMA_LIKE = dict(hidden_size=D, num_attention_heads=HEADS, num_key_value_heads=KV,
                    num_hidden_layers=LAYERS, intermediate_size=MLP, vocab_size=VOCAB,

@@ -130,8 +130,10 @@ def test_explain_prints_the_forwards():
         "        write 'patch' at block_output[0] pos={index:-1} swap(v_cf) via 'identity'",
         "        read  'logits' at lm_head pos={index:-1} via 'identity'",
         "      metric 'iia': held apart from 'base_answer' (the other answer of logit_diff 'logit_diff')",
-        f"      metric 'iia': {multi} of 4 rows scored on the first of their answer's several tokens",
-        f"      metric 'logit_diff': {both} of 4 rows scored on the first of their answer's several tokens",
+    ] + [  # a note only for a metric that has such rows
+        f"      metric '{name}': {count} of 4 rows scored on the first of their answer's several tokens"
+        for name, count in (("iia", multi), ("logit_diff", both))
+        if count
     ]
 
 

@@ -535,7 +535,7 @@ def test_a_gate_fit_anneals_trains_only_during_updates_and_optimizes_only_its_pa
 
 
 GOOD_HEADER = {"model": "tiny-llama",
-               "revision": "sha256:397f09496dacddd5a768cb199335a67f5d7da7abfabee96ecc4f95bc4b6c247f",
+               "revision": "sha256:f593fba5ada3ed9ee067695cf4dbb048cc354f35bcf6089a05a869fa9002ccec",
                "kind": "subspace", "component": "block_output", "layer": "1", "d": "32", "k": "4",
                "seed": "0", "produced_by": "test"}
 

@@ -108,6 +108,23 @@ def test_a_weekday_is_several_tokens_on_tiny_llama():
     assert len(pieces(tok, " Monday")) == 1
 
 
+@pytest.mark.parametrize("name", FAMILIES)
+def test_every_weekday_starts_with_its_own_token(name):
+    """A metric scores an answer by its first token: two weekdays sharing one would make a
+    corpus row compare a token with itself (excluded as answers_share_token, but then the
+    corpus would measure fewer rows than it says)."""
+    _, tok = load(name)
+    first = {day: tok(" " + day, add_special_tokens=False)["input_ids"][0] for day in DAYS}
+    assert len(set(first.values())) == len(DAYS), first
+
+
+@pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
+def test_some_weekday_is_several_tokens(name):
+    """So the corpus exercises answers scored on their first piece and anchors over several."""
+    _, tok = load(name)
+    assert any(len(pieces(tok, " " + day)) > 1 for day in DAYS)
+
+
 def test_weekday_pieces_in_context_on_tiny_llama():
     # The prompt is tokenized word by word, so the weekday inside it is the
     # same pieces as on its own, and the BOS comes first.

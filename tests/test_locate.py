@@ -37,8 +37,8 @@ FAMILIES = ("tiny-llama", "tiny-gpt2", "tiny-gemma2")
 PROMPT = cst.WEEKDAY_PROMPT.format(entity="Thursday")  # "If today is Thursday, tomorrow is"
 ARITHMETIC = [("Q: What day is one days after Monday?\nA:", "one"),
               ("Q: What day is three days after Monday?\nA:", "three"),
-              ("Q: What day is two days after Tuesday?\nA:", "two"),
-              ("Q: What day is five days after Tuesday?\nA:", "five")]
+              ("Q: What day is two days after Wednesday?\nA:", "two"),
+              ("Q: What day is five days after Thursday?\nA:", "five")]
 
 # The project's hypothesis profile (deadline off: a first decode is slow), with few examples.
 PROFILE = settings.get_profile(cst.PROFILE)
@@ -179,6 +179,8 @@ def test_anchors_land_at_different_indices_on_different_rows(llama):
         assert ids[r][expected] == last
         shown = literal_eval(locate.tokens_of(frame, windows[r], r))  # the repr of the window's text
         assert shown and number.endswith(shown), (number, shown)
+    # ' Wednesday' and ' Thursday' are two pieces each, ' Monday' one: the number's last piece
+    # sits at a different distance from the end on the last two rows.
     assert len({w for w in windows}) > 1, "the same spec lands at different indices on different rows"
     # And the whole anchor decodes back to the number word on each row.
     whole, _ = locate.locate(frame, entity("number", all=True), numbers)

@@ -42,6 +42,42 @@ def warm():
         runner.execute(raw, runner.load_engine(raw, engine=engine, document=path), document=path)
 
 
+@pytest.fixture(scope="session")
+def measured(warm):
+    """``measured(source, metric, point=None, engine="nnterp")``: a corpus point's per-row values,
+    computed by causalab_mini itself, not through the plugin — what the plugin's tables, summaries
+    and baselines must show. (The engines' numbers are held to hand computations elsewhere:
+    test_patching, test_hooks_engine, test_positions_run.)"""
+    from causalab_mini import documents, runner
+
+    plans = {}
+
+    def values(source: str, metric: str, point=None, engine: str = "nnterp") -> list:
+        if (source, engine) not in plans:
+            path = CORPUS / f"{source}.causalab.json"
+            raw = documents.read(path)
+            plans[source, engine] = runner.execute(raw, runner.load_engine(raw, engine=engine, document=path),
+                                                   document=path)
+        plan = plans[source, engine]
+        return (plan.steps[point] if point else plan).steps["score"].results[metric].tolist()
+
+    return values
+
+
+def g6(value: float) -> str:
+    """A number as the failure tables print it."""
+    return f"{value:.6g}"
+
+
+def g4(value: float) -> str:
+    """A number as the summary prints it (0 for zero, as an int would print)."""
+    return f"{value:.4g}"
+
+
+def mean(values) -> float:
+    return sum(values) / len(values)
+
+
 @pytest.fixture
 def tester(warm, pytester):
     pytester.makeini(f"""
@@ -196,7 +232,11 @@ def test_items_of_one_model_run_together_and_carry_its_xdist_group(tester):
 
 # --- running: expectations, engines, models loaded once ---------------------------------------
 
-def test_failing_expectation_is_a_table(tester):
+def test_failing_expectation_is_a_table(tester, measured):
+    iia, diff = measured("pos_sweep", "iia", "pos=-1"), measured("pos_sweep", "logit_diff", "pos=-1")
+    misses = [v for v in diff if not v > 0]
+    assert mean(iia) <= 0.8 and misses  # the premise: both checks fail on this point
+    worst = diff.index(min(diff))
     write(tester, "sweep", "pos_sweep", expect=[
         {"result": "iia", "mean": {">": 0.8}, "points": ["pos=-1"]},
         {"result": "logit_diff", "all": {">": 0}, "points": {"pos": -1}},
@@ -206,29 +246,34 @@ def test_failing_expectation_is_a_table(tester):
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines([
         "*pos=-1 (sweep.causalab.json)*",
-        "2 of 3 checks failed on nnterp: iia mean got 0.5, expected > 0.8 (+1 more)",
-        "point   result      aggregate  expected/baseline  got       difference",
-        "pos=-1  iia         mean       > 0.8              0.5       -0.3",
-        "pos=-1  logit_diff  all        > 0                -7.38469  -7.38469   (2/4 rows miss; worst is row 2)",
+        f"2 of 3 checks failed on nnterp: iia mean got {g6(mean(iia))}, expected > 0.8 (+1 more)",
+        "point   result      aggregate  expected/baseline  got*difference",
+        f"pos=-1  iia         mean       > 0.8              {g6(mean(iia))}* {g6(mean(iia) - 0.8)}",
+        f"pos=-1  logit_diff  all        > 0                {g6(min(diff))}* {g6(min(diff))}* "
+        f"({len(misses)}/4 rows miss; worst is row {worst})",
     ])
     assert "Traceback" not in result.stdout.str()
 
 
-def test_true_expectations_pass_and_report_means(tester):
+def test_true_expectations_pass_and_report_means(tester, measured):
+    iia, diff = measured("pos_sweep", "iia", "pos=-1"), measured("pos_sweep", "logit_diff", "pos=-1")
+    off = [v for p in ("pos=-2", "pos=-3") for v in measured("pos_sweep", "iia", p)]
+    assert 0.25 <= mean(iia) <= 0.9 and max(off) <= 0  # the premise: all three are true
     write(tester, "sweep", "pos_sweep", expect=[
-        {"result": "iia", "mean": {"between": [0.25, 0.75]}, "points": ["pos=-1"]},
+        {"result": "iia", "mean": {"between": [0.25, 0.9]}, "points": ["pos=-1"]},
         {"result": "iia", "max": {"<=": 0}, "points": {"pos": [-2, -3]}},
-        {"result": "logit_diff", "mean": {"approx": -10.68, "atol": 0.01}, "points": ["pos=-2"]},
+        {"result": "logit_diff", "mean": {"approx": round(mean(measured("pos_sweep", "logit_diff", "pos=-2")), 2),
+                                          "atol": 0.01}, "points": ["pos=-2"]},
     ])
     junit = tester.path / "junit.xml"
     result = tester.runpytest("-v", f"--junitxml={junit}")
     result.assert_outcomes(passed=3, warnings=3)  # three baselines written
     result.stdout.fnmatch_lines(["*causalab summary*", "sweep.causalab.json",
-                                 "  point   engine  outcome  iia  logit_diff",
-                                 "  pos=-1  nnterp  passed   0.5  0.6462"])
+                                 "  point   engine  outcome  iia*logit_diff",
+                                 f"  pos=-1  nnterp  passed   {g4(mean(iia))}* {g4(mean(diff))}"])
     props = {p.get("name"): p.get("value") for p in ElementTree.parse(junit).iter("property")}
     assert props["causalab.engine"] == "nnterp"
-    assert float(props["causalab.mean.iia"]) in (0.0, 0.5)
+    assert float(props["causalab.mean.iia"]) in (0.0, mean(iia))
 
 
 def test_a_later_feature_is_skipped_with_the_typed_reason(tester):
@@ -265,7 +310,7 @@ COUNT_LOADS = """
 """
 
 
-def test_one_model_load_and_one_run_per_point_shared_with_the_fixture(tester):
+def test_one_model_load_and_one_run_per_point_shared_with_the_fixture(tester, measured):
     write(tester, "sweep", "pos_sweep")
     write(tester, "single", "patching")
     write(tester, "layers", "layer_pos_sweep")
@@ -284,18 +329,21 @@ def test_one_model_load_and_one_run_per_point_shared_with_the_fixture(tester):
             import json
             on_disk = json.loads((point.out / "iia.json").read_text())
             assert point.table("iia") == on_disk
-            assert causalab.run("single.causalab.json").point().result("iia").mean() == 0.5
+            assert causalab.run("single.causalab.json").point().result("iia").mean() == SINGLE_IIA
             assert causalab.loads == 1
-    """)
+    """.replace("SINGLE_IIA", repr(mean(measured("patching", "iia")))))
+    points = 3 + 1 + 6  # pos_sweep, patching, layer_pos_sweep
     result = tester.runpytest("-p", "no:randomly")
-    result.assert_outcomes(passed=9, warnings=8)
+    result.assert_outcomes(passed=points + 1, warnings=points)
     loads = (tester.path / "loads.txt").read_text().splitlines()
     assert len(loads) == 1 and loads[0].endswith("tiny-llama nnterp")
     ran = (tester.path / "points.txt").read_text().splitlines()
-    assert sorted(ran) == sorted(set(ran)) and len(ran) == 8  # each point once, items and fixture
+    assert sorted(ran) == sorted(set(ran)) and len(ran) == points  # each point once, items and fixture
 
 
-def test_assert_result_fails_with_the_table(tester):
+def test_assert_result_fails_with_the_table(tester, measured):
+    iia = mean(measured("patching", "iia"))
+    assert iia <= 0.8  # the premise: the assertion fails
     write(tester, "single", "patching")
     tester.makepyfile("""
         from pytest_causalab.asserts import assert_result
@@ -307,11 +355,13 @@ def test_assert_result_fails_with_the_table(tester):
     result = tester.runpytest("test_assert_result_fails_with_the_table.py")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["E       AssertionError: ", "E         point * result  aggregate*",
-                                 "E         single [[]nnterp]  iia     mean       > 0.8  *0.5*-0.3*"])
+                                 f"E         single [[]nnterp]  iia     mean       > 0.8  *{g6(iia)}*{g6(iia - 0.8)}*"])
     assert "asserts.py" not in result.stdout.str()  # the failure is at the caller's line
 
 
-def test_hooks_engine_out_dir_and_summary_columns(tester):
+def test_hooks_engine_out_dir_and_summary_columns(tester, measured):
+    iia, diff = (measured("pos_sweep", m, "pos=-3", engine="hooks") for m in ("iia", "logit_diff"))
+    assert max(iia) <= 0  # the premise: the expectation holds
     write(tester, "sweep", "pos_sweep", expect=[{"result": "iia", "max": {"<=": 0}, "points": {"pos": -3}}])
     tester.makeconftest("""
         def pytest_causalab_summary_columns(point, config):
@@ -320,8 +370,8 @@ def test_hooks_engine_out_dir_and_summary_columns(tester):
     result = tester.runpytest("--causalab-engine=hooks", "--causalab-summary", "--causalab-out=out",
                               "--causalab-batch-size=3")
     result.assert_outcomes(passed=3, warnings=3)
-    result.stdout.fnmatch_lines(["  point   engine  outcome  iia  logit_diff  rows",
-                                 "  pos=-3  hooks   passed   0    -10.67      4"])
+    result.stdout.fnmatch_lines(["  point   engine  outcome  iia*logit_diff*rows",
+                                 f"  pos=-3  hooks   passed   {g4(mean(iia))}* {g4(mean(diff))}* 4"])
     assert baseline(tester, "sweep")["points"]["pos=-1"]["engine"] == "hooks"
     written = tester.path / "out" / "sweep" / "hooks" / "pos=-2"
     assert sorted(p.name for p in written.iterdir()) == ["document.json", "iia.json", "logit_diff.json",
@@ -329,11 +379,16 @@ def test_hooks_engine_out_dir_and_summary_columns(tester):
     assert json.loads((written / "run.json").read_text())["batch_size"] == 3
 
 
-def test_both_engines_agree_and_a_difference_shows_where(tester):
+def test_both_engines_agree_and_a_difference_shows_where(tester, measured):
+    means = {e: [g4(mean(measured("patching", m, engine=e))) for m in ("iia", "logit_diff")]
+             for e in ("nnterp", "hooks")}
     write(tester, "single", "patching")
     result = tester.runpytest("--causalab-engine=both", "-v")
     result.assert_outcomes(passed=1, warnings=1)
-    result.stdout.fnmatch_lines(["  single  nnterp  passed   0.5  0.6462", "  single  hooks   passed   0.5  0.6462"])
+    result.stdout.fnmatch_lines([f"  single  {e:<6}  passed   {i}* {d}" for e, (i, d) in means.items()])
+    # The hooks engine writes at -2 instead: pos_sweep's pos=-2 point is that experiment.
+    last, early = measured("patching", "iia"), measured("pos_sweep", "iia", "pos=-2", engine="hooks")
+    row = next(r for r, (a, b) in enumerate(zip(last, early)) if a != b)
     tester.makeconftest("""
         def pytest_causalab_modify_point(point, config):
             if point.engine == "hooks":  # a different experiment on one engine only
@@ -342,7 +397,8 @@ def test_both_engines_agree_and_a_difference_shows_where(tester):
     result = tester.runpytest("--causalab-engine=both")
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["*checks failed on nnterp, hooks*",
-                                 "single  iia         row 1      nnterp 1           hooks 0         -1 *"])
+                                 f"single  iia         row {row}      nnterp {g6(last[row])}* hooks {g6(early[row])}* "
+                                 f"{g6(early[row] - last[row])} *"])
 
 
 def test_both_engines_compare_saved_tensors(tester):
@@ -371,7 +427,7 @@ def test_unknown_engine_is_a_usage_error(tester):
 
 # --- baselines --------------------------------------------------------------------------------
 
-def test_baseline_written_then_checked_then_drift_then_update(tester):
+def test_baseline_written_then_checked_then_drift_then_update(tester, measured):
     write(tester, "sweep", "pos_sweep")
     result = tester.runpytest()
     result.assert_outcomes(passed=3, warnings=3)
@@ -379,7 +435,8 @@ def test_baseline_written_then_checked_then_drift_then_update(tester):
     stored = baseline(tester, "sweep")
     assert stored["format"] == "causalab-baseline/1"
     assert list(stored["points"]) == ["pos=-1", "pos=-2", "pos=-3"]
-    assert stored["points"]["pos=-1"]["results"]["iia"]["rows"] == {"0": 0.0, "1": 1.0, "2": 0.0, "3": 1.0}
+    assert stored["points"]["pos=-1"]["results"]["iia"]["rows"] == dict(
+        (str(r), v) for r, v in enumerate(measured("pos_sweep", "iia", "pos=-1")))
     assert re.fullmatch(r"[0-9a-f]{64}", stored["points"]["pos=-1"]["produced_by"])
 
     tester.runpytest().assert_outcomes(passed=3)  # checked, nothing written
@@ -389,7 +446,8 @@ def test_baseline_written_then_checked_then_drift_then_update(tester):
     save_baseline(tester, "sweep", drifted)
     result = tester.runpytest()
     result.assert_outcomes(passed=2, failed=1)
-    result.stdout.fnmatch_lines(["pos=-2  logit_diff  row 1      baseline -7.52*  -8.02*  -0.5*"])
+    got = measured("pos_sweep", "logit_diff", "pos=-2")[1]
+    result.stdout.fnmatch_lines([f"pos=-2  logit_diff  row 1      baseline {g6(got + 0.5)[:5]}*  {g6(got)[:5]}*  -0.5*"])
     tester.runpytest("--causalab-atol=0.6").assert_outcomes(passed=3)  # within a looser tolerance
 
     result = tester.runpytest("--causalab-update-baselines=failing")
@@ -543,7 +601,7 @@ def test_xdist_loadgroup_loads_each_model_once_per_worker(tester):
     write(tester, "gpt2", "patching_gpt2")
     tester.makeconftest(COUNT_LOADS)
     result = tester.runpytest_subprocess("-n", "2", "--dist", "loadgroup")
-    result.assert_outcomes(passed=8)
+    result.assert_outcomes(passed=3 + 6 + 1)  # pos_sweep, layer_pos_sweep, patching_gpt2
     loads = (tester.path / "loads.txt").read_text().splitlines()
     assert len(loads) == len(set(loads)) == 2  # one per model: each group went to one worker
 
