@@ -1,0 +1,75 @@
+"""causalab-mini: causal experiments on transformer language models, written as JSON documents.
+
+The pipeline, one function a stage::
+
+    import causalab_mini as cm
+
+    doc = cm.read("documents/v2/pos_sweep.causalab.json")   # lowered into sweep points, validated
+    plan = cm.compile(doc)                                   # against config + tokenizer, no weights
+    engine = cm.load(doc, engine="hooks")                    # the model, loaded once
+    run = cm.run(doc, loaded=engine, out="runs/pos_sweep")   # computed, committed to disk whole
+    run.point("pos=-1").result("iia").mean()
+    run.table("iia"); run.grid("iia", "pos")
+    cm.open("runs/pos_sweep")                                # the same Run, read back from disk
+
+Every refusal is a ``CausalabError`` (``DocumentError``, ``CompileError``, …) naming
+the document path of the field, what is wrong, and what to write instead.
+
+Besides these names, three modules are public: ``causalab_mini.vocab`` (the closed
+vocabularies: components, mechanisms, metrics, featurizer kinds, position forms),
+``causalab_mini.shapes`` (the position value types) and ``causalab_mini.errors``.
+
+Importing this package imports nothing but itself — each name loads its module when first
+used — and no stage before ``load`` imports torch: reading, validating and opening a run's
+metrics do not need it (compiling reads a tokenizer; loading and running need torch).
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# name → the module that defines it. Resolved on first use (PEP 562), so `import causalab_mini`
+# stays cheap: pytest's collection and the hypothesis strategies import it without pydantic.
+_HOME = {
+    **dict.fromkeys(("Document", "read", "points", "compile", "load", "run", "open", "expectation",
+                     "resolve_model", "family_layout"), ".api"),
+    **dict.fromkeys(("Run", "Point", "Result", "Grid", "SUFFIX", "stem", "point_name"), ".results"),
+    **dict.fromkeys(("CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
+                     "MissingArtifact", "PlanError", "BaselineError", "WriteError", "EngineError",
+                     "Unsupported"), ".errors"),
+    **dict.fromkeys(("Expectation", "Comparison"), ".plan.expect"),
+    **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".runner"),
+    "weights_digest": ".engine.loading",
+    "write_atomic": ".files",
+    "label": ".plan.sweep",
+}
+_RENAMED = {"position_cut": (".ops.locate", "cut")}
+
+__all__ = [
+    # the pipeline
+    "read", "points", "compile", "load", "run", "open", "Document", "resolve_model", "weights_digest",
+    "expectation", "write_atomic", "family_layout", "position_cut",
+    # results
+    "Run", "Point", "Result", "Grid",
+    # documents
+    "SUFFIX", "stem", "point_name", "label", "Expectation", "Comparison", "ENGINES", "LOCAL_ENGINES",
+    # refusals
+    "CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
+    "MissingArtifact", "PlanError", "BaselineError", "WriteError", "EngineError", "Unsupported",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        module, attr = _HOME[name], name
+    elif name in _RENAMED:
+        module, attr = _RENAMED[name]
+    else:
+        raise AttributeError(f"module 'causalab_mini' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), attr)
+    globals()[name] = value  # once: the next lookup is a plain attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

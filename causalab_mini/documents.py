@@ -6,6 +6,7 @@ reads its config and tokenizer (never its weights) and builds the plan tree.
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -69,7 +70,23 @@ def points(raw: dict) -> list[ValidPoint]:
 
     found = [ValidPoint(p.name, validate_point(p.document), p.document, p.coords) for p in sweep.lower(raw)]
     expect.check_points(found)
-    return found
+    return [_own_expectations(p) for p in found]
+
+
+def _own_expectations(point: ValidPoint) -> ValidPoint:
+    """A swept point keeps only the expectations that apply to it, without their ``points``:
+    its document is then a valid document on its own (what the plugin compiles when a hook
+    changed one point, what its folder's document.json reads back as)."""
+    exps = point.spec.header.expect
+    if point.name is None or all(e.points is None for e in exps):
+        return point
+    keep = [i for i, e in enumerate(exps) if e.applies(point.name, point.coords)]
+    document = copy.deepcopy(point.document)
+    written = document["header"]["expect"]  # the same list, in the same order, as the spec's
+    document["header"]["expect"] = [{k: v for k, v in written[i].items() if k != "points"} for i in keep]
+    header = point.spec.header.model_copy(update={"expect": [exps[i].model_copy(update={"points": None})
+                                                             for i in keep]})
+    return ValidPoint(point.name, point.spec.model_copy(update={"header": header}), document, point.coords)
 
 
 def shape(raw: dict) -> str:
@@ -94,17 +111,26 @@ def model_facts(spec, document: Optional[Path], models=None, *, check_revision: 
 
 
 def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, data=None,
-                 engine: str = "nnterp", facts=None, trust_remote_code: bool = False):
-    """The document's plan tree, compiled against the model's config and tokenizer."""
+                 engine: str = "nnterp", facts=None, trust_remote_code: bool = False,
+                 valid: Optional[list] = None):
+    """The document's plan tree, compiled against the model's config and tokenizer.
+
+    ``facts``: a loaded engine, which answers the compile-time questions itself (with its own
+    refusals; its name is then the engine compiled for), or ``ModelFacts``; None reads the
+    model's config and tokenizer (never its weights).
+    ``valid``: the document's points as ``points(raw)`` gave them, when the caller already has
+    them, so a document is lowered and validated once."""
     from . import data as data_mod
     from .plan.build import Context, build
 
-    first = points(raw)[0]  # a sweep may not change the model, so the first point names it
+    if valid is None:
+        valid = points(raw)
     if facts is None:
-        facts = model_facts(first.spec, document, models, trust_remote_code=trust_remote_code)
-    else:  # a loaded engine answers the compile-time questions itself, with its own refusals
+        # A sweep may not change the model, so the first point names it.
+        facts = model_facts(valid[0].spec, document, models, trust_remote_code=trust_remote_code)
+    else:
         engine = getattr(facts, "name", engine)
     ctx = Context(facts=facts, data_roots=data_mod.data_roots(data, document),
                   document_dir=(Path(document).resolve().parent if document else Path.cwd()),
                   engine=engine)
-    return build(raw, ctx, validate=validate_point)
+    return build(raw, valid, ctx)

@@ -12,7 +12,8 @@ from typing import Optional
 from . import documents
 from .errors import EngineError
 
-ENGINES = ("nnterp", "hooks", "ndif")
+ENGINES = ("nnterp", "hooks", "ndif")  # every engine name; ndif is nnterp run remotely
+LOCAL_ENGINES = ("nnterp", "hooks")
 
 
 def engine_class(name: str):
@@ -22,16 +23,27 @@ def engine_class(name: str):
     if name == "hooks":
         from .engine.hooks import HooksEngine
         return HooksEngine
-    raise EngineError("--engine", f"unknown engine {name!r}", f"use one of: {', '.join(ENGINES)}")
+    raise EngineError("engine", f"unknown engine {name!r}", f"use one of: {', '.join(ENGINES)}")
+
+
+# run.json records the engine's class (provenance.record); this is the name it was asked by.
+_CLASS_NAMES = {"NNterpEngine": "nnterp", "HooksEngine": "hooks"}
+
+
+def engine_name(class_name: Optional[str], *, remote: bool = False) -> str:
+    """The engine name of a run record's engine class (``NNterpEngine`` run remotely: ``ndif``)."""
+    name = _CLASS_NAMES.get(class_name or "", class_name or "unknown")
+    return "ndif" if remote and name == "nnterp" else name
 
 
 def load_engine(raw: dict, *, engine: str = "nnterp", document: Optional[Path] = None, models=None,
-                device_map: str = "cpu", trust_remote_code: bool = False):
+                device_map: str = "cpu", trust_remote_code: bool = False, valid=None):
     """The engine for a document's model (a sweep may not change the model: the first point names it).
 
     Loaded with attention probabilities (eager attention) only when some point taps them.
+    ``valid``: the document's points, when the caller has them (``documents.points(raw)``).
     """
-    points = documents.points(raw)
+    points = documents.points(raw) if valid is None else valid
     return engine_class(engine).load(points[0].spec.model, document=document, models=models,
                                      device_map=device_map, trust_remote_code=trust_remote_code,
                                      attention_probs=uses_attention_probs(points))

@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import ValidationError
+import causalab_mini
 
-from causalab_mini.plan import expect
-from causalab_mini.plan.spec import document_error
+from .checks import compare_rows, evaluate, render
 
 
 def _comparison(value: Any) -> Any:
@@ -33,7 +32,7 @@ def _comparison(value: Any) -> Any:
 
 
 def expectation(name: str, *, step: Optional[str] = None, rtol: Optional[float] = None,
-                atol: Optional[float] = None, **aggregates: Any) -> expect.Expectation:
+                atol: Optional[float] = None, **aggregates: Any) -> causalab_mini.Expectation:
     """An ``Expectation`` from keyword arguments: ``expectation("iia", mean=(">", 0.8))``."""
     raw: dict = {"result": name, **{k: _comparison(v) for k, v in aggregates.items() if v is not None}}
     if step is not None:
@@ -43,9 +42,9 @@ def expectation(name: str, *, step: Optional[str] = None, rtol: Optional[float] 
     if atol is not None:
         raw["atol"] = atol
     try:
-        return expect.Expectation.model_validate(raw)
-    except ValidationError as err:
-        raise ValueError(str(document_error(err, "assert_result", raw))) from None
+        return causalab_mini.expectation(raw, where="assert_result")
+    except causalab_mini.DocumentError as err:
+        raise ValueError(str(err)) from None
 
 
 def assert_result(point, name: str, *, step: Optional[str] = None, rtol: Optional[float] = None,
@@ -55,14 +54,14 @@ def assert_result(point, name: str, *, step: Optional[str] = None, rtol: Optiona
     __tracebackhide__ = True
     exp = expectation(name, step=step, rtol=rtol, atol=atol, mean=mean, min=min, max=max, all=all,
                       eligible=eligible)
-    checks = expect.evaluate([exp], None, (), point.lookup(), label=f"{point.name} [{point.engine}]")
+    checks = evaluate([exp], None, (), point.lookup(), label=f"{point.name} [{point.engine}]")
     failed = [c for c in checks if not c.ok]
-    assert not failed, "\n" + expect.render(failed)
+    assert not failed, "\n" + render(failed)
 
 
 def assert_same(point, other, name: str, *, rtol: float = 1e-4, atol: float = 1e-5) -> None:
     """Assert two points (two engines, two documents) agree row by row on metric ``name``."""
     __tracebackhide__ = True
-    checks = expect.compare_rows(point.name, name, f"{point.engine}", point.result(name).pairs(),
+    checks = compare_rows(point.name, name, f"{point.engine}", point.result(name).pairs(),
                                  other.result(name).pairs(), rtol, atol)
-    assert not checks, "\n" + expect.render(checks)
+    assert not checks, "\n" + render(checks)

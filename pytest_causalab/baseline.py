@@ -36,11 +36,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from causalab_mini.errors import BaselineError
-from causalab_mini.files import write_atomic
-from causalab_mini.plan import expect
+from causalab_mini import BaselineError, write_atomic
 
-from .results import Point, stem
+from .checks import Check, close, compare_rows, number
+
+from causalab_mini import Point, stem
 
 FORMAT = "causalab-baseline/1"
 LOCK = ".causalab-lock"  # one per baselines folder, hidden and ignored by git (.gitignore)
@@ -191,24 +191,24 @@ def compare_tensor(point: str, label: str, stored: dict, tensor, rtol: float, at
     integers exactly, floats within tolerance. ``reference`` names the other side."""
     got = tensor_entry(tensor)
     if (got["shape"], got["dtype"]) != (stored["shape"], stored["dtype"]):
-        return [expect.Check(point, label, "shape", f"{reference} {stored['shape']} {stored['dtype']}",
+        return [Check(point, label, "shape", f"{reference} {stored['shape']} {stored['dtype']}",
                              f"{got['shape']} {got['dtype']}", None, False, "the saved tensor changed shape")]
     exact = not (tensor.is_floating_point() or tensor.is_complex())
     pairs = (list(zip(stored["values"], got["values"])) if "values" in stored and "values" in got
              else [(stored["sums"][k], got["sums"][k]) for k in ("sum", "abs_sum", "square_sum")]
              if "sums" in stored and "sums" in got else None)
     if pairs is None:
-        return [expect.Check(point, label, "values", "baseline stored otherwise", "—", None, False,
+        return [Check(point, label, "values", "baseline stored otherwise", "—", None, False,
                              "rerun with --causalab-update-baselines=failing")]
-    off = [i for i, (a, b) in enumerate(pairs) if (a != b if exact else not expect.close(a, b, rtol, atol))]
+    off = [i for i, (a, b) in enumerate(pairs) if (a != b if exact else not close(a, b, rtol, atol))]
     if not off:
         return []
     i = max(off, key=lambda j: abs(pairs[j][1] - pairs[j][0]))
     where = f"element {i}" if "values" in got else ("sum", "abs_sum", "square_sum")[i]
     ref, now = pairs[i]
-    return [expect.Check(point, label, where, f"{reference} {expect.number(ref)}", now, now - ref, False,
+    return [Check(point, label, where, f"{reference} {number(ref)}", now, now - ref, False,
                          f"{len(off)} of {len(pairs)} differ" + ("" if exact else
-                         f" beyond rtol {expect.number(rtol)}, atol {expect.number(atol)}"))]
+                         f" beyond rtol {number(rtol)}, atol {number(atol)}"))]
 
 
 @contextmanager
@@ -253,7 +253,7 @@ def store(path: Path, document: Path, point: Point) -> None:
 
 @dataclass
 class Verdict:
-    checks: list = field(default_factory=list)  # failing expect.Check rows
+    checks: list = field(default_factory=list)  # failing Check rows
     notes: list = field(default_factory=list)  # what was written, for a warning
 
 
@@ -283,7 +283,7 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
             store(path, point.document, point)
             verdict.notes.append(f"baseline updated (the experiment changed): {shown} [{point.name}]")
             return verdict
-        verdict.checks.append(expect.Check(
+        verdict.checks.append(Check(
             point.name, "experiment", "produced_by", f"baseline {str(stored.get('produced_by'))[:12]}",
             point.produced_by[:12], None, False,
             "the experiment changed since the baseline was recorded; if that is intended, rerun with "
@@ -291,7 +291,7 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
         return verdict
     if missing:
         if strict and update is None:
-            verdict.checks.append(expect.Check(
+            verdict.checks.append(Check(
                 point.name, ", ".join([n for n in saved if stored is None or n not in stored["results"]]
                                       + [f for f in tensors if stored is None or f not in stored.get("tensors", {})])
                 or "*",
@@ -305,7 +305,7 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
     for name, result in saved.items():
         reference = list(stored["results"][name]["rows"].items())
         rtol, atol = tolerance(name)
-        verdict.checks += expect.compare_rows(point.name, name, "baseline", reference, result.pairs(),
+        verdict.checks += compare_rows(point.name, name, "baseline", reference, result.pairs(),
                                               rtol, atol)
     for file, named in tensors.items():
         rtol, atol = tolerance(file)

@@ -15,7 +15,7 @@ import json
 from functools import lru_cache
 from pathlib import Path
 
-from causalab_mini.documents import SUFFIX
+from causalab_mini import SUFFIX
 
 
 def make_scheduler(config, log):

@@ -12,13 +12,11 @@ import warnings
 
 import pytest
 
-from causalab_mini import documents
-from causalab_mini.errors import CausalabError, MissingArtifact, Unsupported
-from causalab_mini.plan import expect
-from causalab_mini.plan.sweep import label
+import causalab_mini
+from causalab_mini import CausalabError, MissingArtifact, Unsupported, label, point_name
 
 from . import baseline, report
-from .results import point_name
+from .checks import Check, compare_rows, evaluate, number, render, tolerance
 from .session import session_of
 
 # A feature a later version builds: the item is skipped with the typed reason, never passed.
@@ -51,8 +49,7 @@ class DocumentFile(pytest.File):
 
     def collect(self):
         try:
-            raw = documents.read(self.path)
-            points = documents.points(raw)  # the expectations checked too, as validate does
+            points = causalab_mini.read(self.path).points  # the expectations checked too, as validate does
         except Exception as err:  # noqa: BLE001 - one bad document must not stop the session
             # The document is one failing item with its refusal, and every other document runs;
             # an error pytest would raise at collection interrupts the whole session.
@@ -99,7 +96,7 @@ class PointFailure(Exception):
         self.title, self.checks, self.notes = title, checks, notes
 
     def render(self) -> str:
-        text = f"{self.title}\n{expect.render(self.checks)}"
+        text = f"{self.title}\n{render(self.checks)}"
         return text + "".join(f"\n{n}" for n in self.notes)
 
 
@@ -126,8 +123,8 @@ class PointItem(pytest.Item):
 
     def tolerance(self, result: str):
         settings = self.session_state.settings
-        return expect.tolerance(self.expectations, self.valid.name, self.valid.coords, result,
-                                (settings.rtol, settings.atol))
+        return tolerance(self.expectations, self.valid.name, self.valid.coords, result,
+                         (settings.rtol, settings.atol))
 
     @property
     def session_state(self):
@@ -146,7 +143,7 @@ class PointItem(pytest.Item):
         checks = []
         for engine, point in ran.items():
             tag = f"{point.name} [{engine}]" if len(ran) > 1 else point.name
-            checks += expect.evaluate(self.expectations, self.valid.name, self.valid.coords,
+            checks += evaluate(self.expectations, self.valid.name, self.valid.coords,
                                       point.lookup(), label=tag)
         if len(ran) > 1:
             checks += self._across(ran)
@@ -163,7 +160,7 @@ class PointItem(pytest.Item):
             first = failed[0]
             more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
             title = (f"{len(failed)} of {len(checks)} checks failed on {', '.join(ran)}: {first.result} "
-                     f"{first.aggregate} got {expect.number(first.got)}, expected {first.expected}{more}")
+                     f"{first.aggregate} got {number(first.got)}, expected {first.expected}{more}")
             raise PointFailure(title, failed, verdict.notes)
 
     def _across(self, ran: dict) -> list:
@@ -172,11 +169,11 @@ class PointItem(pytest.Item):
         checks = []
         for engine, point in others:
             def other(c):  # the check as this engine's failure: its value labelled with the engine
-                return expect.Check(c.point, c.result, c.aggregate, c.expected,
-                                    f"{engine} {expect.number(c.got)}", c.difference, False, c.note)
+                return Check(c.point, c.result, c.aggregate, c.expected,
+                                    f"{engine} {number(c.got)}", c.difference, False, c.note)
 
             def missing(name):
-                return expect.Check(point.name, name, "engines", first, f"missing on {engine}", None, False)
+                return Check(point.name, name, "engines", first, f"missing on {engine}", None, False)
 
             theirs = point.results()
             for name, result in reference.results().items():
@@ -184,7 +181,7 @@ class PointItem(pytest.Item):
                     checks.append(missing(name))
                     continue
                 rtol, atol = self.tolerance(name.split("/")[-1])
-                checks += [other(c) for c in expect.compare_rows(point.name, name, first, result.pairs(),
+                checks += [other(c) for c in compare_rows(point.name, name, first, result.pairs(),
                                                                  theirs[name].pairs(), rtol, atol)]
             mine = point.saved_tensors()
             for file, named in reference.saved_tensors().items():

@@ -12,7 +12,7 @@ import pytest
 # Before anything imports it: the helpers' plain asserts get pytest's introspection.
 pytest.register_assert_rewrite("pytest_causalab.asserts")
 
-from causalab_mini.documents import SUFFIX  # noqa: E402
+from causalab_mini import SUFFIX  # noqa: E402
 
 from . import hookspecs, report  # noqa: E402
 from .items import DocumentFile, PointItem  # noqa: E402

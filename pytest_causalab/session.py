@@ -5,25 +5,25 @@ this module's caches, so ``pytest --collect-only`` imports no torch. A model is
 loaded once per (resolved model, revision, dtype, engine, device map) — plus
 whether attention probabilities were asked for, which changes how it loads, and
 the module names a document gives (``model.modules``), which change what it taps. A
-document is compiled once per engine; a point runs once per engine; a failure
-at any of those stages is cached too, so every item that needs it reports the
-same refusal without trying again.
+document is read and validated once; a point is compiled and run once per engine
+(``causalab_mini.run`` on the point's own document); a failure at any of those
+stages is cached too, so every item that needs it reports the same refusal
+without trying again.
 """
 from __future__ import annotations
 
 import copy
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 
-from causalab_mini import documents
+import causalab_mini
+from causalab_mini import LOCAL_ENGINES, Point, Run, point_name, stem
 
-from .results import Point, Run, point_name, stem
-
-ENGINES = ("nnterp", "hooks", "both")
+ENGINES = (*LOCAL_ENGINES, "both")
 UPDATES = ("failing", "all")
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-5
 
@@ -50,7 +50,7 @@ class Settings:
     @property
     def engines(self) -> tuple[str, ...]:
         """The engines each point runs on; the first is the one baselines are checked and written from."""
-        return ("nnterp", "hooks") if self.engine == "both" else (self.engine,)
+        return LOCAL_ENGINES if self.engine == "both" else (self.engine,)
 
 
 def _option(config, name: str):
@@ -134,14 +134,6 @@ class _Failed:
     error: BaseException
 
 
-@dataclass
-class Document:
-    path: Path
-    raw: dict
-    points: list  # documents.ValidPoint
-    cache: dict = field(default_factory=dict)
-
-
 class Session:
     """Caches for one pytest process (each xdist worker has its own)."""
 
@@ -151,40 +143,33 @@ class Session:
         self.loads = 0  # models loaded in this process; the plugin's tests count them
         self._models: dict[tuple, Any] = {}
         self._documents: dict[Path, Any] = {}
-        self._plans: dict[tuple, Any] = {}
         self._points: dict[tuple, Any] = {}
         self._tmp: Optional[Path] = None
 
     # --- documents, models, plans ---------------------------------------------------------
 
-    def document(self, path) -> Document:
+    def document(self, path) -> causalab_mini.Document:
         path = Path(path).resolve()
         if path not in self._documents:
             try:
-                raw = documents.read(path)
-                self._documents[path] = Document(path, raw, documents.points(raw))
+                self._documents[path] = causalab_mini.read(path)
             except Exception as err:  # noqa: BLE001 — cached and re-raised to every asker
                 self._documents[path] = _Failed(err)
         return _unwrap(self._documents[path])
 
-    def model_key(self, doc: Document, engine: str) -> tuple:
-        from causalab_mini.engine import loading
-        from causalab_mini.runner import uses_attention_probs
-
-        ref = doc.points[0].spec.model
-        resolved = loading.resolve(ref.key, ref.revision, document=doc.path, roots=list(self.settings.models))
+    def model_key(self, doc: causalab_mini.Document, engine: str) -> tuple:
+        ref = doc.model
+        resolved = causalab_mini.resolve_model(doc, models=list(self.settings.models))
         # The module names a document gives (model.modules) decide which modules the engine taps.
         modules = tuple(sorted(ref.modules.model_dump().items())) if ref.modules else None
         return (resolved.source, resolved.revision, ref.dtype, engine, self.settings.device_map,
-                uses_attention_probs(doc.points), modules)
+                doc.attention_probs, modules)
 
-    def engine(self, doc: Document, engine: str):
+    def engine(self, doc: causalab_mini.Document, engine: str):
         key = self.model_key(doc, engine)
         if key not in self._models:
-            from causalab_mini import runner
             try:
-                loaded = runner.load_engine(doc.raw, engine=engine, document=doc.path,
-                                            models=list(self.settings.models),
+                loaded = causalab_mini.load(doc, engine=engine, models=list(self.settings.models),
                                             device_map=self.settings.device_map)
                 self._models[key] = loaded
                 self.loads += 1
@@ -193,22 +178,10 @@ class Session:
                 self._models[key] = _Failed(err)
         return _unwrap(self._models[key])
 
-    def plan(self, doc: Document, engine: str):
-        """The whole document compiled against the loaded engine: weightless, once per engine."""
-        key = (doc.path, engine)
-        if key not in self._plans:
-            try:
-                loaded = self.engine(doc, engine)
-                self._plans[key] = documents.compile_plan(doc.raw, document=doc.path,
-                                                          data=list(self.settings.data), facts=loaded)
-            except Exception as err:  # noqa: BLE001
-                self._plans[key] = _Failed(err)
-        return _unwrap(self._plans[key])
-
     # --- points ---------------------------------------------------------------------------
 
     def point(self, path, name: Optional[str], engine: str) -> Point:
-        """One point run on one engine: the sub-plan of the compiled document, and nothing else."""
+        """One point run on one engine: the point's own document, compiled and run, nothing else."""
         doc = self.document(path)
         shown = point_name(doc.path, name)
         key = (doc.path, shown, engine)
@@ -219,27 +192,22 @@ class Session:
                 self._points[key] = _Failed(err)
         return _unwrap(self._points[key])
 
-    def _run_point(self, doc: Document, name: Optional[str], shown: str, engine: str) -> Point:
+    def _run_point(self, doc: causalab_mini.Document, name: Optional[str], shown: str, engine: str) -> Point:
         valid = next((p for p in doc.points if p.name == name), None)
         if valid is None:
-            raise KeyError(f"{doc.path.name} has no point {shown!r}; points: "
-                           f"{[point_name(doc.path, p.name) for p in doc.points]}")
-        plan = self.plan(doc, engine)
+            raise KeyError(f"{doc.path.name} has no point {shown!r}; points: {doc.point_names}")
         pending = PendingPoint(doc.path, shown, valid.coords, engine, copy.deepcopy(valid.document),
                                self.settings.batch_size)
         self.config.hook.pytest_causalab_modify_point(point=pending, config=self.config)
         loaded = self.engine(doc, engine)
         if pending.document != valid.document:
-            # Changed by a hook: compile that point alone; an unswept document is its own point.
-            sub = documents.compile_plan(pending.document, document=doc.path,
-                                         data=list(self.settings.data), facts=loaded)
+            # Changed by a hook: validated as a document of its own (its produced_by changes with it).
+            single = causalab_mini.read(pending.document, path=doc.path)
         else:
-            sub = plan.steps[name] if name is not None else plan
-        loaded.execute(sub, batch_size=pending.batch_size)
-        out = self._out(doc.path, engine, shown)
-        from causalab_mini.plan.write import write
-        write(sub, out, sub.provenance)
-        return Point(doc.path, shown, valid.coords, engine, sub, out)
+            single = doc.point(name) if name is not None else doc
+        ran = causalab_mini.run(single, loaded=loaded, data=list(self.settings.data),
+                                out=self._out(doc.path, engine, shown), batch_size=pending.batch_size)
+        return replace(ran.point(), document=doc.path, name=shown, coords=dict(valid.coords), engine=engine)
 
     def run(self, path, engine: Optional[str] = None) -> Run:
         """Every point of a document on one engine (default: the session's first), from the cache."""

@@ -11,7 +11,7 @@ import pytest
 
 from causalab_mini import documents
 from causalab_mini.errors import DocumentError
-from causalab_mini.plan import expect
+from pytest_causalab import checks as expect  # the run-time half: evaluate, compare, render
 from causalab_mini.plan.expect import Comparison, Expectation
 
 SWEEP = Path(__file__).resolve().parents[1] / "documents" / "v2" / "pos_sweep.causalab.json"
@@ -126,7 +126,7 @@ def _sweep(expectations):
 ])
 def test_a_document_with_a_wrong_expectation_is_refused_at_its_path(expectations, path, message):
     with pytest.raises(DocumentError) as err:
-        expect.check_points(documents.points(_sweep(expectations)))
+        documents.points(_sweep(expectations))  # runs the collection-time checks
     assert err.value.path == path and message in err.value.problem
 
 
@@ -140,6 +140,22 @@ def test_expectations_are_outside_the_digest_and_in_the_schema():
     assert schema["$defs"]["Comparison"]["anyOf"][0]["type"] == "number"
 
 
+def test_a_sweep_points_document_keeps_its_own_expectations_and_stands_alone():
+    """A point's document (what a hook changes and the plugin compiles alone, what a point's folder
+    holds) carries the expectations that apply there, without "points", so it validates by itself."""
+    exps = [{"result": "iia", "mean": 1, "points": ["pos=-1"]},
+            {"result": "logit_diff", "all": {"<": 0}, "points": {"pos": [-2, -3]}},
+            {"result": "iia", "eligible": 1}]
+    for point in documents.points(_sweep(exps)):
+        raw = point.document["header"]["expect"]
+        want = [{k: v for k, v in e.items() if k != "points"} for e in exps
+                if Expectation.model_validate(e).applies(point.name, point.coords)]
+        assert raw == want and [e.points for e in point.spec.header.expect] == [None] * len(want)
+        (alone,) = documents.points(point.document)
+        assert alone.name is None and alone.spec.produced_by == point.spec.produced_by
+        assert [e.result for e in alone.spec.header.expect] == [e["result"] for e in want]
+
+
 def test_the_corpus_expectations_validate():
     for path in sorted(SWEEP.parent.parent.rglob("*" + documents.SUFFIX)):
-        expect.check_points(documents.points(copy.deepcopy(documents.read(path))))
+        documents.points(copy.deepcopy(documents.read(path)))

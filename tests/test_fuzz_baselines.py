@@ -3,7 +3,7 @@
 Three real points are run once per module on the hooks engine (tiny-llama): ``patching``
 (metric rows), ``chat_turn`` (rows and a float tensor) and ``generate_probe`` at
 ``index=0`` (rows and an integer tensor), each wrapped as the plugin wraps it
-(``pytest_causalab.results.Point``). Each example takes the committed baseline of that
+(``causalab_mini.Point``). Each example takes the committed baseline of that
 document (documents/v2/baselines/), gives it the point's ``produced_by`` (most of the time,
 so the comparison is reached), and mutates it: keys deleted or renamed, values replaced
 with arbitrary JSON, wrong types where rows, values, tensors, shape and dtype go, another
@@ -35,10 +35,10 @@ from hypothesis import strategies as st
 
 from causalab_mini import documents, runner
 from causalab_mini.errors import BaselineError
-from causalab_mini.plan import expect
+from pytest_causalab import checks as expect
 from fuzzing import DATA, EXAMPLES, JSON, MODELS, ROOT, Blob, mutate, paths
 from pytest_causalab import baseline
-from pytest_causalab.results import Point
+from causalab_mini import Point
 
 pytest.importorskip("transformers")
 
@@ -61,7 +61,7 @@ def ran() -> dict:
         sub = plan.steps[name] if name is not None else plan
         engine.execute(sub)
         coords = next(p.coords for p in documents.points(raw) if p.name == name)
-        out[stem] = Point(document, name or stem, coords, "hooks", sub)
+        out[stem] = Point.from_plan(document, name or stem, coords, "hooks", sub)
         assert out[stem].saved(), stem  # a point with results to hold to a baseline
     return out
 

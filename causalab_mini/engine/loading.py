@@ -74,12 +74,28 @@ def weights_digest(directory: Path) -> str:
                          "save the model with save_pretrained(..., safe_serialization=True)")
     outer = hashlib.sha256()
     for f in files:
+        outer.update(f.name.encode() + b"\0" + file_digest(f))
+    return "sha256:" + outer.hexdigest()
+
+
+# (resolved path, size, mtime in ns) → sha256 of the bytes. Hashing a local 7B checkpoint takes
+# tens of seconds, and every document, point and plugin item naming the model resolves it; a
+# file rewritten in place changes its mtime (and almost always its size), so it is hashed again.
+_FILE_DIGESTS: dict[tuple[str, int, int], bytes] = {}
+
+
+def file_digest(path: Path) -> bytes:
+    """sha256 of a file's bytes, cached by (path, size, mtime)."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _FILE_DIGESTS:
         inner = hashlib.sha256()
-        with open(f, "rb") as fh:
+        with open(path, "rb") as fh:
             for chunk in iter(lambda: fh.read(1 << 20), b""):
                 inner.update(chunk)
-        outer.update(f.name.encode() + b"\0" + inner.digest())
-    return "sha256:" + outer.hexdigest()
+        _FILE_DIGESTS[key] = inner.digest()
+    return _FILE_DIGESTS[key]
 
 
 def _is_model_dir(path: Path) -> bool:

@@ -15,8 +15,8 @@ from typing import Any, Optional
 from .. import data as data_mod
 from ..errors import CompileError, MissingArtifact
 from ..ops import locate
-from ..vocab import METRICS
-from . import show_tokens, sweep
+from ..vocab import FEATURIZERS, METRICS
+from . import show_tokens
 from .chat import render_row
 from .plan import (Address, Epochs, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,
                    OutputSpec, Plan, ReadOp, SaveSpec, Tap, Weights, WriteOp)
@@ -38,16 +38,16 @@ class Context:
     engine: str = "nnterp"
 
 
-def build(raw: dict, ctx: Context, *, validate) -> Plan:
-    """The whole document: a root plan, with one nested plan per sweep point if it is swept."""
-    points = sweep.lower(raw)
+def build(raw: dict, points, ctx: Context) -> Plan:
+    """The whole document: a root plan, with one nested plan per sweep point if it is swept.
+
+    ``points`` are the document's points as ``documents.points`` lowered and validated them
+    (name, spec, document, coords): a document is lowered and validated once, not again here."""
     if len(points) == 1 and points[0].name is None:
-        return compile_point(validate(points[0].document), ctx, name="<root>", document=raw)
-    children = {}
-    for point in points:
-        spec = validate(point.document)
-        children[point.name] = compile_point(spec, ctx, name=point.name, document=point.document,
-                                             coords=point.coords)
+        return compile_point(points[0].spec, ctx, name="<root>", document=raw)
+    children = {point.name: compile_point(point.spec, ctx, name=point.name, document=point.document,
+                                          coords=point.coords)
+                 for point in points}
     return Plan(name="<root>", steps=children, document=raw, produced_by=None)
 
 
@@ -79,7 +79,7 @@ class _PointCompiler:
 
     # --- featurizers -------------------------------------------------------
     def _space(self, name: str) -> int:
-        """Width of a featurizer's space: k for a basis or a dictionary, d for a gate."""
+        """Width of a featurizer's space: k for a basis or a dictionary, d for a mask over units (a gate)."""
         feat = self.spec.featurizers[name]
         path = f"featurizers.{name}"
         if self.addresses[feat.site].component == "attention_probs":
@@ -90,7 +90,7 @@ class _PointCompiler:
         if feat.file_path is not None:
             expected = dict(bundle_header(self.spec.model, self.addresses[feat.site], feat.kind, d, feat.k))
             return space_width(feat, self._file(feat.file_path, f"{path}.file_path"), d, path, expected)
-        if feat.kind == "gate":
+        if FEATURIZERS[feat.kind].space == "units":
             return d
         if feat.k > d:
             raise CompileError(f"{path}.k", f"k={feat.k} is more directions than the site's {d}",
@@ -105,6 +105,10 @@ class _PointCompiler:
                                "whose weights step saves it")
         return resolved
 
+    def _k(self, name: str) -> Optional[int]:
+        """A featurizer's k: its space's width, or None where its features are the site's own units."""
+        return None if FEATURIZERS[self.spec.featurizers[name].kind].space == "units" else self.spaces[name]
+
     def featurizers(self) -> Featurizers:
         trained = {p for s in self.spec.steps.values() if isinstance(s, FitStep) for p in s.params}
         specs = []
@@ -112,7 +116,7 @@ class _PointCompiler:
             address = self.addresses[feat.site]
             specs.append(FeaturizerSpec(
                 name=name, kind=feat.kind, address=address, d=address.width,
-                k=None if feat.kind == "gate" else self.spaces[name], seed=feat.seed,
+                k=self._k(name), seed=feat.seed,
                 file_path=str(self._file(feat.file_path, f"featurizers.{name}.file_path"))
                 if feat.file_path else None,
                 trained=name in trained, start=feat.start))
@@ -183,7 +187,7 @@ class _PointCompiler:
             feat = self.spec.featurizers[s.value]
             address = self.addresses[feat.site]
             saves.append(SaveSpec(s.value, s.file_path, bundle_header(
-                model, address, feat.kind, address.width, None if feat.kind == "gate" else self.spaces[s.value],
+                model, address, feat.kind, address.width, self._k(s.value),
                 seed=feat.seed, produced_by=self.spec.produced_by)))
         return Weights(name=sname, names=tuple(step.names), saves=tuple(saves), header=header)
 

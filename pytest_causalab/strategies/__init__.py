@@ -8,7 +8,7 @@ a whole document, drawn valid by construction::
 
     @given(cst.positions(length=9))
     def test_cut_fits(where):
-        assert locate.cut(0, 9, where) is not None
+        assert position_cut(0, 9, where) is not None
 
 =========================  ===============================================================
 ``positions``              ``Where`` values, valid for a run of ``length`` tokens

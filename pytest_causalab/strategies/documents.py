@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from causalab_mini import vocab
-from causalab_mini.engine.loading import weights_digest  # stdlib only: no torch at import
+from causalab_mini import weights_digest  # stdlib only: no torch at import
 
 from .positions import _spelled, position_json, positions
 from .tensors import _number, mechanisms
@@ -139,9 +139,9 @@ def _bounds(model_dir: Path) -> dict:
 
 
 def _layout(config: dict):
-    from causalab_mini.engine.families import UNKNOWN, layout_for
+    from causalab_mini import family_layout
 
-    return layout_for(config.get("model_type")) or UNKNOWN
+    return family_layout(config.get("model_type"))
 
 
 def model_bounds(model: str = "tiny-llama", *, models=None) -> dict:

@@ -1,0 +1,238 @@
+"""The Python front door: ``read`` → ``compile`` / ``load`` → ``run`` → ``open``.
+
+::
+
+    import causalab_mini as cm
+
+    doc = cm.read("documents/v2/layer_pos_sweep.causalab.json")   # validated, no model
+    plan = cm.compile(doc)                                          # weightless: config + tokenizer
+    run = cm.run(doc, engine="hooks", out="runs/layer_pos")         # load, compute, write
+    run.grid("iia", "layers", "pos").values
+    cm.open("runs/layer_pos").point(layers=1, pos=-1).result("iia").mean()
+
+A document is read, lowered into its sweep points and validated once; every
+later stage takes the ``Document`` and reuses those points. ``engine`` is always
+an engine's name; a loaded engine (``load``) is passed as ``loaded``.
+"""
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from . import documents, runner
+from .errors import EngineError, PlanError
+from .plan.expect import Expectation
+from .results import Point, Run, Scored, Result, point_name, stem
+
+PathLike = Union[str, Path]
+
+
+@dataclass(frozen=True)
+class Document:
+    """A document read and validated: its JSON, where it came from, and its sweep points
+    (``name``, ``spec``, ``document``, ``coords``; one point named None when unswept)."""
+
+    raw: dict
+    path: Optional[Path]
+    points: tuple
+    title: Optional[str] = None  # a sweep point's name, for one point taken as a document
+
+    @property
+    def name(self) -> str:
+        """The document's stem (``patching`` for ``patching.causalab.json``), or the point's name
+        for ``doc.point(name)``: what an unswept run calls its one point."""
+        return self.title or (stem(self.path) if self.path else "<document>")
+
+    @property
+    def point_names(self) -> list[str]:
+        return [point_name(self.path or Path(self.name), p.name) for p in self.points]
+
+    @property
+    def model(self):
+        """The model reference every point runs on (key, revision, dtype, modules)."""
+        return self.points[0].spec.model
+
+    @property
+    def attention_probs(self) -> bool:
+        """Whether some point taps the attention pattern, which is chosen when the model loads."""
+        return runner.uses_attention_probs(self.points)
+
+    def point(self, name: str) -> "Document":
+        """One sweep point as a document of its own — already validated, its expectations the ones
+        that apply there — to run a single point (``run(doc.point("pos=-1"))``)."""
+        for p in self.points:
+            if p.name == name:
+                return Document(p.document, self.path, (replace(p, name=None, coords=()),), title=name)
+        raise PlanError(f"point {name!r}", f"not in {self.name}", f"points: {self.point_names}")
+
+    def __repr__(self) -> str:
+        return f"<Document {self.name}: {len(self.points)} point(s)>"
+
+
+def read(source: Union[PathLike, dict, Document], *, path: Optional[PathLike] = None) -> Document:
+    """A document from a ``*.causalab.json`` file (or an already parsed dict, with ``path`` saying
+    where relative dataset and artifact paths start), lowered and validated — expectations
+    included. Refuses with a typed error naming the field; loads no model."""
+    if isinstance(source, Document):
+        return source
+    if isinstance(source, dict):
+        raw, where = copy.deepcopy(source), (Path(path).resolve() if path else None)
+    else:
+        where = Path(source).resolve()
+        raw = documents.read(where)
+    return Document(raw, where, tuple(documents.points(raw)))
+
+
+def points(document: Union[PathLike, dict, Document]) -> tuple:
+    """The document's sweep points, validated (``read(document).points``)."""
+    return read(document).points
+
+
+def compile(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, models=None,
+            data=None, trust_remote_code: bool = False):
+    """The plan tree, compiled for ``engine`` against the model's config and tokenizer (never its
+    weights) — or against ``loaded``, an engine from ``load``, which answers for its model. Every
+    refusal that needs the model or the data happens here, before any compute."""
+    doc = read(document)
+    if loaded is None:
+        runner.engine_class(engine)  # an unknown name is refused before the model is looked up
+    return documents.compile_plan(doc.raw, document=doc.path, models=models, data=data, engine=engine,
+                                  facts=loaded, trust_remote_code=trust_remote_code, valid=list(doc.points))
+
+
+def expectation(raw: dict, *, where: str = "expect") -> Expectation:
+    """An expectation from its JSON form (``{"result": "iia", "mean": {">": 0.8}}``); a malformed one
+    is a DocumentError naming the field under ``where``."""
+    from pydantic import ValidationError
+
+    from .plan.spec import document_error
+
+    try:
+        return Expectation.model_validate(raw)
+    except ValidationError as err:
+        raise document_error(err, where, raw) from None
+
+
+def family_layout(model_type: Optional[str], modules=None):
+    """Where a transformers ``model_type`` keeps each component (a document's ``model.modules``
+    first): the table ``causalab-mini vocab`` prints; an empty layout for a family not in it."""
+    from .engine.families import UNKNOWN, layout_for
+
+    return layout_for(model_type or "", modules) or UNKNOWN
+
+
+def resolve_model(document: Union[PathLike, dict, Document], *, models=None):
+    """Where the document's model is and its revision (a local checkpoint's weights digest, checked
+    against the document's pin), without loading it: ``(key, source, revision, local)``."""
+    from .engine import loading
+
+    doc = read(document)
+    return loading.resolve(doc.model.key, doc.model.revision, document=doc.path, roots=models)
+
+
+def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", models=None,
+         device_map: str = "cpu", trust_remote_code: bool = False):
+    """The named engine with the document's model loaded (frozen), to pass to ``run(loaded=...)``
+    for every document on that model."""
+    doc = read(document)
+    return runner.load_engine(doc.raw, engine=engine, document=doc.path, models=models, device_map=device_map,
+                              trust_remote_code=trust_remote_code, valid=doc.points)
+
+
+def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, out=None,
+        batch_size: Optional[int] = None, models=None, data=None, device_map: str = "cpu",
+        trust_remote_code: bool = False) -> Run:
+    """Run every point of the document and return them as a ``Run``.
+
+    ``loaded``: an engine from ``load`` (its model reused; ``engine`` is then its name).
+    ``out``: a directory to commit the run into, laid out as ``causalab-mini run`` lays it out
+    (``open(out)`` reads it back). Everything that can refuse the run does so before the load
+    (the document, ``out``, ``batch_size``) or before the first forward (the compile)."""
+    from .plan.write import check_out, check_targets, planned_files, write
+
+    doc = read(document)
+    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
+                                   or batch_size < 1):
+        raise EngineError("batch_size", f"{batch_size!r} is not a number of rows",
+                          "give a positive integer, or leave it out for the whole batch")
+    if out is not None:
+        out = Path(out)
+        check_out(out)
+    if loaded is None:
+        loaded = load(doc, engine=engine, models=models, device_map=device_map,
+                      trust_remote_code=trust_remote_code)
+    else:
+        engine = loaded.name
+    plan = compile(doc, loaded=loaded, data=data)
+    if out is not None:
+        check_targets(out, planned_files(plan))
+    # "ndif" is the nnterp engine with the session sent to NDIF: the only difference between
+    # running here and there is the session's `remote` flag.
+    plan = loaded.execute(plan, remote=engine == "ndif", batch_size=batch_size)
+    # The record names the run's point, so open() calls an unswept run's one point what run() did.
+    record = {**plan.provenance, "document": doc.name}
+    if out is not None:
+        write(plan, out, record)
+    return run_of(doc, engine, plan, out, record)
+
+
+def run_of(doc: Document, engine: str, plan, out: Optional[Path] = None, record: Optional[dict] = None) -> Run:
+    """An executed plan tree as a ``Run``: one ``Point`` per sweep point (the root for an
+    unswept document), each at its folder under ``out`` when the run was written."""
+    if len(doc.points) == 1 and doc.points[0].name is None:
+        only = doc.points[0]
+        pts = [Point.from_plan(doc.path, doc.name, only.coords, engine, plan, out)]
+    else:
+        pts = [Point.from_plan(doc.path, p.name, p.coords, engine, plan.steps[p.name],
+                               out / p.name if out is not None else None)
+               for p in doc.points]
+    return Run(doc.path, engine, pts, out, record)
+
+
+def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as run is
+    """A finished run directory (written by ``run(out=...)``, ``causalab-mini run`` or the pytest
+    plugin's ``--causalab-out``) read back as a ``Run``: the metrics its document saves as
+    ``.json`` and the tensors it saves as ``.safetensors``, without a model or a rerun.
+    A folder whose write did not finish is refused, never read as a result."""
+    from .plan.write import RUN, state
+
+    directory = Path(directory)
+    found = state(directory)
+    if found != "complete":
+        problem = ("the run written here did not finish (interrupted or out of space)" if found == "incomplete"
+                   else f"no {RUN}: not a run directory")
+        raise PlanError(str(directory), problem, "open the folder a run wrote (the one holding run.json), "
+                        "or run the document again")
+    record = json.loads((directory / RUN).read_text(encoding="utf-8"))
+    doc = read(json.loads((directory / "document.json").read_text(encoding="utf-8")),
+               path=directory / "document.json")
+    engine = runner.engine_name(record.get("engine"), remote=bool(record.get("remote")))
+    swept = not (len(doc.points) == 1 and doc.points[0].name is None)
+    pts = []
+    for p in doc.points:
+        folder = directory / p.name if swept else directory
+        name = p.name if swept else record.get("document") or directory.resolve().name
+        pts.append(_opened_point(folder, name, p, engine))
+    return Run(None, engine, pts, directory, record)
+
+
+def _opened_point(folder: Path, name: str, valid, engine: str) -> Point:
+    scored, tensors = [], {}
+    for step_name, step in valid.spec.steps.items():
+        for save in getattr(step, "saves", ()):
+            file = folder / save.file_path
+            if save.file_path.endswith(".json"):
+                rows = json.loads(file.read_text(encoding="utf-8"))
+                scored.append(Scored(step_name, save.value, Result(save.value, rows), save.file_path))
+            else:
+                tensors[save.file_path] = _tensors(file)
+    return Point(None, name, dict(valid.coords), engine, scored, valid.spec.produced_by, None, folder, tensors)
+
+
+def _tensors(file: Path) -> dict[str, Any]:
+    from safetensors.torch import load_file
+
+    return dict(load_file(str(file)))
