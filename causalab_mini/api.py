@@ -174,9 +174,10 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     plan = loaded.execute(plan, remote=engine == "ndif", batch_size=batch_size)
     # The record names the run's point, so open() calls an unswept run's one point what run() did.
     record = {**plan.provenance, "document": doc.name}
+    ran = run_of(doc, engine, plan, out, record)
     if out is not None:
-        write(plan, out, record)
-    return run_of(doc, engine, plan, out, record)
+        ran.files = write(plan, out, record)
+    return ran
 
 
 def run_of(doc: Document, engine: str, plan, out: Optional[Path] = None, record: Optional[dict] = None) -> Run:
@@ -189,7 +190,7 @@ def run_of(doc: Document, engine: str, plan, out: Optional[Path] = None, record:
         pts = [Point.from_plan(doc.path, p.name, p.coords, engine, plan.steps[p.name],
                                out / p.name if out is not None else None)
                for p in doc.points]
-    return Run(doc.path, engine, pts, out, record)
+    return Run(doc.path, engine, pts, out, record, plan=plan)
 
 
 def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as run is

@@ -86,9 +86,33 @@ def _cmd_revision(args) -> int:
     return 0
 
 
+def _bar(name: str, done: int, total: int) -> None:
+    width = 24
+    filled = width * done // total
+    end = "\n" if done == total else ""
+    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name}\033[K", end=end,
+          file=sys.stderr, flush=True)
+
+
 def _cmd_run(args) -> int:
-    from .runner import run_cli
-    return run_cli(args)
+    from contextlib import nullcontext
+
+    from . import api
+    from .engine.steps import reporting
+    from .plan.show_tokens import notes
+
+    # A progress bar only for a person watching: not with --quiet, not into a pipe or a log.
+    progress = nullcontext() if args.quiet or not sys.stderr.isatty() else reporting(_bar)
+    with progress:
+        ran = api.run(args.document, engine=args.engine, out=args.out, batch_size=args.batch_size,
+                      models=args.models, data=args.data, device_map=args.device_map,
+                      trust_remote_code=args.trust_remote_code)
+    for path in ran.files:
+        print(path)
+    sys.stdout.flush()
+    for line in notes(ran.plan):
+        print(line, file=sys.stderr)
+    return 0
 
 
 def parser() -> argparse.ArgumentParser:

@@ -281,6 +281,8 @@ class Run:
     points: list[Point]
     out: Optional[Path] = None
     record: Optional[dict] = None  # run.json, for a run opened from disk or written by run(out=...)
+    plan: Optional[Plan] = field(default=None, repr=False)  # the executed plan tree (a run in memory)
+    files: list = field(default_factory=list)  # the files run(out=...) wrote, in manifest order
 
     @property
     def axes(self) -> list[str]:
