@@ -36,7 +36,7 @@ _HOME = {
     **dict.fromkeys(("Run", "Point", "Result", "Grid", "SUFFIX", "stem", "point_name"), ".results"),
     **dict.fromkeys(("CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
                      "MissingArtifact", "PlanError", "BaselineError", "WriteError", "EngineError",
-                     "Unsupported"), ".errors"),
+                     "Unsupported", "HubUnreachable"), ".errors"),
     **dict.fromkeys(("Expectation", "Comparison"), ".plan.expect"),
     **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".runner"),
     "weights_digest": ".engine.loading",
@@ -56,6 +56,7 @@ __all__ = [
     # refusals
     "CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
     "MissingArtifact", "PlanError", "BaselineError", "WriteError", "EngineError", "Unsupported",
+    "HubUnreachable",
 ]
 
 

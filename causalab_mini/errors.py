@@ -41,6 +41,11 @@ class ModelError(CausalabError):
     """A model cannot be resolved, or its weights are not the revision the document names."""
 
 
+class HubUnreachable(ModelError):
+    """The model is a hub id, not cached here, and the hub cannot be reached: not the document's
+    fault, so the pytest plugin skips its items (with this reason) instead of failing them."""
+
+
 class CompileError(CausalabError):
     """The document is well formed but cannot be compiled against this model and data."""
 

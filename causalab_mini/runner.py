@@ -53,8 +53,9 @@ def uses_attention_probs(points) -> bool:
     return any(site.component == "attention_probs" for p in points for site in p.spec.sites.values())
 
 
-def execute(raw: dict, engine, *, document: Optional[Path] = None, data=None,
+def execute(raw: dict, loaded, *, document: Optional[Path] = None, data=None,
             batch_size: Optional[int] = None, remote=False):
-    """Compile against the loaded engine and walk the plan; returns the filled plan."""
-    plan = documents.compile_plan(raw, document=document, data=data, facts=engine)
-    return engine.execute(plan, remote=remote, batch_size=batch_size)
+    """Compile against a loaded engine and walk the plan; returns the filled plan tree (what
+    ``causalab_mini.run`` wraps as a Run)."""
+    plan = documents.compile_plan(raw, document=document, data=data, facts=loaded)
+    return loaded.execute(plan, remote=remote, batch_size=batch_size)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional, Sequence, Union
 
-from ..errors import ModelError
+from ..errors import HubUnreachable, ModelError
 
 ENV_MODELS = "CAUSALAB_MODELS"
 
@@ -225,7 +225,7 @@ def _from_hub(loader, resolved: ResolvedModel, roots, trust_remote_code: bool = 
             raise _code_refusal(resolved.key, "its config names code the repository ships") from None
     reason = _hub_unreachable()
     if reason:
-        raise ModelError(
+        raise HubUnreachable(
             "model.key",
             f"{resolved.key!r} is not a local model directory, not in the Hugging Face cache, "
             f"and the hub cannot be reached to fetch it ({reason})",
