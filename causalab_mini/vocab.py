@@ -80,7 +80,47 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
               doc="rescale to the norm the address had before this pass's writes"),
 )}
 
-FEATURIZER_KINDS = ("gate", "linear", "pca", "sae", "subspace")
+
+@dataclass(frozen=True)
+class FeaturizerKind:
+    """What the document side needs to know of a featurizer kind; ops/featurizers.py builds it.
+
+    tests/test_featurizer_kinds.py holds this record to the classes: a kind recorded
+    trainable has parameters an optimizer can move, and a kind recorded as always loaded
+    cannot be built without a bundle.
+    """
+    name: str
+    trainable: bool  # has parameters a fit step trains (listed in its params, given to AdamW)
+    loads: str  # file_path: "always" (built only from a bundle), "optional" (fresh, or fitted) or "never"
+    params: tuple[str, ...]  # the document fields it takes besides kind and site
+    needs_without_file: tuple[str, ...]  # the fields it needs when not loaded: a subspace's rank k
+    space: str  # its features: "k" (a basis's directions, a dictionary's latents) or "units" (the site's)
+    tensor: Optional[str]  # the bundle tensor whose first axis is the site's width (its shape says d, k)
+    # A bundle of one tensor under another name is read as this kind's: what `reduce: "pca"` saves.
+    lone_tensor: bool = False
+    mask: bool = False  # a mask over units: `<name>.mask` is an objective term, and a fit may anneal it
+    declared: bool = True  # False for identity: what a read or write without a featurizer key uses
+    doc: str = ""
+
+
+_F = FeaturizerKind
+FEATURIZERS: dict[str, FeaturizerKind] = {f.name: f for f in (
+    _F("identity", False, "never", (), (), "units", None, declared=False,
+       doc="no featurizer key: the features are the activation (activation patching)"),
+    _F("subspace", True, "optional", ("k", "seed", "file_path"), ("k",), "k", "weight",
+       doc="DAS's rotation: an orthonormal (d, k) basis, Cayley-parametrized, drawn from seed"),
+    _F("gate", True, "optional", ("start", "file_path"), (), "units", "theta", mask=True,
+       doc="DBM's mask over the site's units: soft while a fit trains it, hard otherwise"),
+    _F("pca", False, "always", ("file_path", "k"), (), "k", "Q", lone_tensor=True,
+       doc="a stored orthonormal basis (what reduce: \"pca\" publishes): the control for DAS"),
+    _F("sae", False, "always", ("file_path", "k"), (), "k", "W_enc",
+       doc="a sparse autoencoder, ReLU, SAELens tensor names; keeps its error term"),
+    _F("linear", False, "always", ("file_path", "k"), (), "k", "W_enc",
+       doc="a linear dictionary (an SAE without the ReLU), SAELens tensor names"),
+)}
+# What a document's featurizer "kind" may say (identity is what omitting the key means).
+FEATURIZER_KINDS = tuple(sorted(n for n, f in FEATURIZERS.items() if f.declared))
+TRAINABLE_KINDS = tuple(sorted(n for n, f in FEATURIZERS.items() if f.declared and f.trainable))
 
 
 @dataclass(frozen=True)
@@ -133,6 +173,10 @@ def render() -> str:
         )
         lines.append(f"  {m.name:<12} operand={'yes' if m.operand else 'no ':<3}  params=({params})  {m.doc}")
     lines.append("featurizer kinds: " + ", ".join(FEATURIZER_KINDS) + " (plus 'identity', never declared)")
+    for f in FEATURIZERS.values():
+        params = f"({', '.join(f.params)})"
+        lines.append(f"  {f.name:<9} trainable={'yes' if f.trainable else 'no ':<3}  file_path={f.loads:<8}  "
+                     f"params={params:<22} {f.doc}")
     lines.append("metric kinds:     " + ", ".join(f"{k}({', '.join(m.columns)})" for k, m in sorted(METRICS.items())))
     lines.append("reductions:       " + ", ".join(REDUCTIONS))
     lines.append("position forms:   " + POSITION_FORMS[0])
@@ -163,7 +207,12 @@ def as_json() -> dict:
                                 for k, (t, d) in m.params.items()}}
             for m in MECHANISMS.values()
         },
-        "featurizer_kinds": list(FEATURIZER_KINDS),
+        "featurizer_kinds": {
+            f.name: {"declared": f.declared, "trainable": f.trainable, "file_path": f.loads,
+                     "params": list(f.params), "needs_without_file": list(f.needs_without_file), "space": f.space,
+                     "tensor": f.tensor, "doc": f.doc}
+            for f in FEATURIZERS.values()
+        },
         "metric_kinds": {k: {"columns": list(m.columns), "unit": m.unit,
                              "estimand_version": m.estimand_version} for k, m in METRICS.items()},
         "reductions": list(REDUCTIONS),

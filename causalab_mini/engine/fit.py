@@ -2,15 +2,18 @@
 
 Nothing here is a second engine. A Fit holds every update it will make as an
 Observe over one minibatch — already batched, tokenized and ordered by the
-seed on the client — so an update is ``steps.observe`` with gradients on, and
-the only things between updates are an optimizer step and the held-out pass.
+seed on the client — so an update is the walk's one pass (``steps.observe``,
+which ``steps.run`` hands to ``fit``) with gradients on, and the only things
+between updates are an optimizer step and the held-out pass. The pass is handed
+over rather than imported so that the walk imports this module and not the
+other way round.
 Parameters are constructed here, where the run runs: a tensor drawn on the
 client would not be the tensor the block rotates by.
 """
 from __future__ import annotations
 
 import copy
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
 
@@ -18,7 +21,8 @@ from ..errors import EngineError, MissingArtifact
 from ..ops import featurizers as feat_ops
 from ..ops import intervene
 from ..plan.plan import Featurizers, Fit, Weights
-from . import steps as _steps
+from ..vocab import FEATURIZERS
+from . import progress
 
 
 def construct(step: Featurizers, state) -> None:
@@ -65,8 +69,10 @@ def _temperature(start: float, end: float, u: int, total: int) -> float:
     return start if total <= 1 else start * (end / start) ** (u / (total - 1))
 
 
-def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
+def fit(engine, step: Fit, state, *, observe: Callable, batch_size: Optional[int] = None) -> None:
     """Epochs of AdamW updates over exactly ``step.params``; held-out pass and early stopping per epoch.
+
+    ``observe(engine, obs, state, batch_size=, live=)`` runs one pass (``steps.observe``).
 
     The objective Σ wᵢ·termᵢ is minimized (the sign of a weight is the direction).
     Featurizers are in training mode only during updates. With early stopping the
@@ -90,7 +96,7 @@ def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
             _set_training(state, step.params, True)
             try:
                 with torch.enable_grad(), intervene.exact():
-                    scored = _steps.observe(engine, update, state, batch_size=batch_size, live=True)
+                    scored = observe(engine, update, state, batch_size=batch_size, live=True)
                     loss = sum(w * _term(t, scored, state) for w, t in step.objective)
                     if not loss.requires_grad:
                         raise EngineError(step.name, "the objective does not depend on the trained "
@@ -108,18 +114,17 @@ def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
             update_losses.append(loss.item())
             u += 1
         losses.append(sum(epoch_loss) / len(epoch_loss))
-        means = _held_out(engine, step, state, e, batch_size)
+        means = _held_out(engine, step, state, e, batch_size, observe)
         for name, mean in means.items():
             curves.setdefault(name, []).append(mean)
         for name, f in zip(step.params, live):
-            if f.kind == "gate":  # the sparsity curve's other axis: units the hard mask keeps
-                curves.setdefault(f"{name}.kept", []).append(float((f.theta > 0).sum()))
+            if FEATURIZERS[f.kind].mask:  # the sparsity curve's other axis: units the hard mask keeps
+                curves.setdefault(f"{name}.kept", []).append(float(f.kept_units()))
         value = means[step.early_stop[0]] if step.early_stop else None
         said = f"{step.name}: epoch {e + 1}, loss {losses[-1]:.4g}"
         if value is not None:
             said += f", {step.early_stop[0]} {value:.3g}"
-        for callback in _steps._progress:
-            callback(said, e + 1, len(step.epochs))
+        progress.announce(said, e + 1, len(step.epochs))
         if step.early_stop is None or value is None:
             continue
         _, mode, patience = step.early_stop
@@ -131,8 +136,8 @@ def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
             stale += 1
             if stale >= patience:
                 if len(step.epochs) > e + 1:
-                    for callback in _steps._progress:
-                        callback(f"{step.name}: stopped early at epoch {e + 1}", len(step.epochs), len(step.epochs))
+                    progress.announce(f"{step.name}: stopped early at epoch {e + 1}", len(step.epochs),
+                                      len(step.epochs))
                 break
     if best_state is not None:
         _restore(live, best_state)
@@ -149,11 +154,11 @@ def fit(engine, step: Fit, state, *, batch_size: Optional[int] = None) -> None:
     step.results["epochs"] = torch.tensor(len(losses))
 
 
-def _held_out(engine, step: Fit, state, epoch: int, batch_size) -> dict[str, float]:
+def _held_out(engine, step: Fit, state, epoch: int, batch_size, observe: Callable) -> dict[str, float]:
     """Each metric's mean this epoch: on the held-out pass if there is one, else over the epoch's updates."""
     if step.evaluation is not None:
         with torch.no_grad():
-            _steps.observe(engine, step.evaluation, state, batch_size=batch_size)
+            observe(engine, step.evaluation, state, batch_size=batch_size)
         return {m.name: float(step.evaluation.results[m.name].float().mean()) for m in step.evaluation.metrics}
     updates = step.epochs[epoch]
     return {m.name: float(torch.stack([u.results[m.name].float().mean() for u in updates]).mean())

@@ -8,9 +8,8 @@ both engines share them unchanged.
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from typing import Callable, Optional
+from typing import Optional
 
 import torch
 
@@ -18,6 +17,10 @@ from ..errors import EngineError
 from ..ops import intervene, locate, metrics as metric_ops, reduce
 from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Weights, WriteOp
 from . import fit as fitting
+from . import progress
+
+# The name callers know (``with steps.reporting(callback):``); it lives in progress.py.
+reporting = progress.reporting
 
 
 @dataclass
@@ -37,22 +40,6 @@ class State:
     featurizers: dict = field(default_factory=dict)
 
 
-# Told after each sweep point finishes: (point name, done, total). A process-wide slot
-# rather than an argument, because the walk may run inside an engine's session on
-# another thread, and the engine contract has no say in how a caller reports progress.
-_progress: list = []
-
-
-@contextmanager
-def reporting(callback: Callable[[str, int, int], None]):
-    """Call ``callback(name, done, total)`` after every sweep point of runs inside the block."""
-    _progress.append(callback)
-    try:
-        yield
-    finally:
-        _progress.remove(callback)
-
-
 def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State] = None):
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
@@ -67,8 +54,7 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
             sub = State(featurizers=state.featurizers) if isinstance(child, Plan) else state
             run(engine, child, batch_size=batch_size, state=sub)
             if isinstance(child, Plan):
-                for callback in _progress:
-                    callback(name, points.index(name) + 1, len(points))
+                progress.announce(name, points.index(name) + 1, len(points))
         return step
     if isinstance(step, Observe):
         with torch.no_grad():
@@ -78,7 +64,9 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
         fitting.construct(step, state)
         return step
     if isinstance(step, Fit):
-        fitting.fit(engine, step, state, batch_size=batch_size)
+        # The fit's updates and held-out passes are this module's ``observe``, handed over so
+        # that fit.py needs nothing of the walk's (and the walk can import fit.py).
+        fitting.fit(engine, step, state, observe=observe, batch_size=batch_size)
         return step
     if isinstance(step, Weights):
         fitting.weights(step, state)

@@ -259,6 +259,10 @@ class Gate:
     def soft_mask(self) -> Tensor:
         return torch.sigmoid(self.theta / self.temperature)
 
+    def kept_units(self) -> int:
+        """How many units the hard mask (θ > 0) lets the write through at."""
+        return int((self.theta > 0).sum())
+
     def featurize(self, x: Tensor) -> tuple[Tensor, None]:
         return x, None
 
@@ -275,16 +279,30 @@ class Gate:
         return {"theta": self.theta.detach()}
 
 
+def _loaded(kind: str, tensors: dict, name: str, *, lone: bool = False) -> Tensor:
+    """The bundle tensor ``name`` a kind that is only ever loaded is made of (``lone``: or the only one)."""
+    if name in tensors:
+        return tensors[name]
+    if lone and len(tensors) == 1:
+        return next(iter(tensors.values()))  # what a ``reduce: pca`` output saves, whatever it is called
+    raise ValueError(f"a {kind} is built from a bundle's {name!r} tensor, and the bundle given has "
+                     f"{sorted(tensors) or 'no tensors'}")
+
+
 def build(kind: str, d: int, k: Optional[int], *, seed: int = 0, start: Optional[float] = None,
           tensors: Optional[dict] = None):
-    """A featurizer of ``kind`` for a ``d``-wide site: from a bundle's ``tensors``, or fresh."""
+    """A featurizer of ``kind`` for a ``d``-wide site: from a bundle's ``tensors``, or fresh.
+
+    What each kind is (trainable, loaded, its fields) is recorded in ``vocab.FEATURIZERS``;
+    tests/test_featurizer_kinds.py holds that record to what this builds.
+    """
     t = tensors or {}
     if kind == "subspace":
         return Subspace(d, k, seed=seed, weight=t.get("weight"))
     if kind == "gate":
         return Gate(d, start=start, theta=t.get("theta"))
     if kind == "pca":
-        return PCA(t["Q"] if "Q" in t else next(iter(t.values())))
-    if kind in ("sae", "linear"):
-        return Dictionary(kind, t["W_enc"], t.get("b_enc"), t.get("W_dec"), t.get("b_dec"))
+        return PCA(_loaded(kind, t, "Q", lone=True))
+    if kind in ("sae", "linear"):  # one class, two activations (Dictionary.encode)
+        return Dictionary(kind, _loaded(kind, t, "W_enc"), t.get("b_enc"), t.get("W_dec"), t.get("b_dec"))
     raise ValueError(f"unknown featurizer kind {kind!r}")

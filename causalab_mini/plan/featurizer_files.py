@@ -10,9 +10,7 @@ import struct
 from pathlib import Path
 
 from ..errors import CompileError
-
-# The tensor whose shape says (d, k) for each kind (SAELens names for sae/linear).
-BASIS_TENSOR = {"subspace": "weight", "pca": "Q", "sae": "W_enc", "linear": "W_enc", "gate": "theta"}
+from ..vocab import FEATURIZERS
 
 
 MAX_HEADER_BYTES = 100_000_000  # safetensors' own bound on a header
@@ -69,8 +67,9 @@ def space_width(feat, path: Path, d: int, doc_path: str, expected: dict = None) 
         raise CompileError(f"{doc_path}.file_path", f"{path.name} is not a safetensors file ({err})",
                            "point at a bundle a weights step saved") from None
     tensors = {k: v for k, v in meta.items() if k != "__metadata__"}
-    name = BASIS_TENSOR[feat.kind]
-    if feat.kind == "pca" and name not in tensors and len(tensors) == 1:
+    kind = FEATURIZERS[feat.kind]
+    name = kind.tensor  # the one whose shape says (d, k), or (d,) for a mask over units
+    if kind.lone_tensor and name not in tensors and len(tensors) == 1:
         name = next(iter(tensors))  # what a ``reduce: pca`` output saves: one (d, k) tensor
     recorded = dict(meta.get("__metadata__") or {})
     if expected:
@@ -83,7 +82,7 @@ def space_width(feat, path: Path, d: int, doc_path: str, expected: dict = None) 
     if shape[0] != d:
         raise CompileError(f"{doc_path}.file_path", f"{path.name} is for a {shape[0]}-wide site and "
                            f"site {feat.site!r} is {d} wide", "load the bundle fitted at this site")
-    if feat.kind == "gate":
+    if kind.space == "units":
         return d
     k = shape[1]
     if feat.k is not None and feat.k != k:

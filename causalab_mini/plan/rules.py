@@ -13,12 +13,16 @@ from typing import TYPE_CHECKING
 
 from .. import names
 from ..errors import DocumentError
-from ..vocab import COMPONENTS, METRICS, VOCAB_WIDE
+from ..vocab import COMPONENTS, FEATURIZERS, METRICS, TRAINABLE_KINDS, VOCAB_WIDE
 
+# spec.py runs these rules from its validator, so only type annotations name its classes here:
+# the dependency goes spec -> rules, never back.
 if TYPE_CHECKING:
     from .spec import Intervention, Spec
 
 ORIGINAL = "original"  # the un-written model; every intervention has it implicitly
+# The kinds whose featurizer is a mask: `<name>.mask` is an objective term, and a fit anneals it.
+MASK_KINDS = " or ".join(n for n, f in FEATURIZERS.items() if f.declared and f.mask)
 
 
 def _known(path: str, what: str, name: str, names, hint: str = "") -> None:
@@ -225,11 +229,10 @@ def _check_steps(spec: "Spec") -> None:
         iv = spec.interventions[step.interventions]
         _check_rows(spec, f"{sp}.rows", step.rows, iv, step.interventions)
         for wname, write in iv.writes.items():
-            from .spec import Ref
-            if isinstance(write.operand, Ref) and write.operand.ref not in published:
+            if write.operand_ref is not None and write.operand_ref not in published:
                 raise DocumentError(
                     f"interventions.{step.interventions}.writes.{wname}.operand",
-                    f"{{\"ref\": {json.dumps(write.operand.ref)}}} is not published by a step "
+                    f"{{\"ref\": {json.dumps(write.operand_ref)}}} is not published by a step "
                     f"before {sname!r}",
                     "publish it from an earlier observe step's outputs"
                     + (f" (published so far: {', '.join(published)})" if published else ""))
@@ -286,13 +289,18 @@ def _check_fit(spec: "Spec", sp: str, step, iv) -> None:
         _check_rows(spec, f"{sp}.held_out", step.held_out, iv, step.interventions)
     if not step.params:
         raise DocumentError(f"{sp}.params", "a fit trains the featurizers its params list, and this one "
-                            "lists none", "name the subspace or gate featurizers to train")
+                            "lists none", f"name the featurizers to train (kinds {', '.join(TRAINABLE_KINDS)})")
     for i, name in enumerate(step.params):
         _known(f"{sp}.params.{i}", "featurizer", name, spec.featurizers)
-        kind = spec.featurizers[name].kind
-        if kind in ("pca", "sae", "linear"):
-            raise DocumentError(f"{sp}.params.{i}", f"{name!r} is a {kind}: its weights are loaded, "
-                                "never trained", "fit a subspace or a gate instead")
+        kind = FEATURIZERS[spec.featurizers[name].kind]
+        if not kind.trainable:
+            # Refused here, not at run time: AdamW would be handed no parameters (or, beside a
+            # trainable one, this featurizer would silently stay as it was loaded).
+            why = ": its weights are loaded from its file_path, never trained" if kind.loads == "always" else ""
+            raise DocumentError(f"{sp}.params.{i}", f"featurizer {name!r} is a {kind.name}, which has no "
+                                f"parameters a fit can train{why}",
+                                f"a fit trains only the kinds {', '.join(TRAINABLE_KINDS)}: drop {name!r} "
+                                "from params, or declare one of those to train")
     if not step.objective:
         raise DocumentError(f"{sp}.objective", "a fit needs an objective",
                             "write [[1.0, \"<metric>\"]]")
@@ -300,9 +308,9 @@ def _check_fit(spec: "Spec", sp: str, step, iv) -> None:
         tp = f"{sp}.objective.{i}.1"
         if term.endswith(".mask"):
             gate = term[: -len(".mask")]
-            if gate not in step.params or spec.featurizers[gate].kind != "gate":
-                raise DocumentError(tp, f"{term!r} is the mask of a gate this fit trains, and "
-                                    f"{gate!r} is not one", "add the gate to params, or drop the term")
+            if gate not in step.params or not FEATURIZERS[spec.featurizers[gate].kind].mask:
+                raise DocumentError(tp, f"{term!r} is the mask of a {MASK_KINDS} this fit trains, and "
+                                    f"{gate!r} is not one", f"add the {MASK_KINDS} to params, or drop the term")
             continue
         _known(tp, "metric", term, iv.metrics)
         kind = iv.metrics[term].kind
@@ -316,6 +324,6 @@ def _check_fit(spec: "Spec", sp: str, step, iv) -> None:
             raise DocumentError(f"{sp}.early_stop", "early stopping watches the held-out pass",
                                 "add held_out rows")
     for gate in step.anneal:
-        if gate not in step.params or spec.featurizers[gate].kind != "gate":
-            raise DocumentError(f"{sp}.anneal.{gate}", f"{gate!r} is not a gate this fit trains",
-                                "anneal only a gate listed in params")
+        if gate not in step.params or not FEATURIZERS[spec.featurizers[gate].kind].mask:
+            raise DocumentError(f"{sp}.anneal.{gate}", f"{gate!r} is not a {MASK_KINDS} this fit trains",
+                                f"anneal only a {MASK_KINDS} listed in params")

@@ -23,8 +23,9 @@ from ..jsontext import array_as_tuple
 from ..errors import CausalabError, DocumentError
 from .expect import Expectation
 from ..shapes import Where
-from ..vocab import (COMPONENTS, DTYPES, FEATURIZER_KINDS, MECHANISMS, METRICS, REDUCTIONS,
+from ..vocab import (COMPONENTS, DTYPES, FEATURIZER_KINDS, FEATURIZERS, MECHANISMS, METRICS, REDUCTIONS,
                      check_params)
+from .rules import check_spec
 
 
 def _parse_where(value: Any) -> Where:
@@ -201,16 +202,32 @@ class Featurizer(_Strict):
                              "safetensors only (never pickle)")
         return path
 
+    # Runs only on the fields a document writes (no validate_default), so each kind is held to
+    # the fields vocab.FEATURIZERS says it takes, and the refusal names the field written.
+    @field_validator("k", "seed", "file_path", "start")
+    @classmethod
+    def _taken_by_kind(cls, value: Any, info: ValidationInfo) -> Any:
+        kind = FEATURIZERS.get(info.data.get("kind"))
+        field = info.field_name
+        if kind is None or value is None or field in kind.params:
+            return value
+        if field == "k" and kind.space == "units":
+            raise ValueError(f"a {kind.name}'s features are the site's units; it takes no k")
+        takers = " or ".join(f"a {n}" for n, f in FEATURIZERS.items() if field in f.params)
+        raise ValueError(f"a {kind.name} takes no {field} (its fields: {', '.join(kind.params)}); "
+                         f"only {takers} takes it")
+
     @model_validator(mode="after")
-    def _kind_fields(self) -> "Featurizer":
-        if self.kind == "subspace" and self.k is None and self.file_path is None:
-            raise ValueError("a subspace needs k (its rank), or a file_path to load a fitted one")
-        if self.kind in ("pca", "sae", "linear") and self.file_path is None:
+    def _kind_needs(self) -> "Featurizer":
+        kind = FEATURIZERS[self.kind]
+        if self.file_path is not None:
+            return self
+        if kind.loads == "always":
             raise ValueError(f"a {self.kind} featurizer is always loaded: write \"file_path\"")
-        if self.kind == "gate" and self.k is not None:
-            raise ValueError("a gate's features are the site's units; it takes no k")
-        if self.kind != "gate" and self.start is not None:
-            raise ValueError("start is a gate's initial value; only a gate takes it")
+        missing = [f for f in kind.needs_without_file if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"a {self.kind} needs {' and '.join(missing)}, or a file_path to load a "
+                             "fitted one")
         return self
 
 
@@ -239,6 +256,11 @@ class Write(_Strict):
     params: dict[str, Union[float, int]] = Field(default_factory=dict, validate_default=True)
     featurizer: Optional[str] = None
     features: Optional[list[int]] = None
+
+    @property
+    def operand_ref(self) -> Optional[str]:
+        """The output an earlier step publishes that the operand names (``{"ref": name}``), if any."""
+        return self.operand.ref if isinstance(self.operand, Ref) else None
 
     @field_validator("operand", mode="before")
     @classmethod
@@ -440,7 +462,6 @@ class Spec(_Strict):
 
     @model_validator(mode="after")
     def _rules(self) -> "Spec":
-        from .rules import check_spec
         check_spec(self)
         return self
 
