@@ -200,3 +200,46 @@ def test_importing_a_name_from_a_package_init_is_an_edge_to_the_package(tmp_path
     graph = import_graph(files)
     assert graph == {"pkg": {"pkg.a"}, "pkg.a": {"pkg"}}
     assert circles(graph) == {("pkg", "pkg.a")}
+
+
+# --------------------------------------------------------------------------- the plugin's reach
+
+# What the plugin may import of the library: the names of its front door and three modules the
+# front door documents as public. Anything else is the library's inside, free to change.
+PUBLIC_MODULES = {"causalab_mini.vocab", "causalab_mini.shapes", "causalab_mini.errors"}
+
+
+def _library_imports(path: Path):
+    """(line, what) for every import of causalab_mini in a file: a module, or module:name."""
+    for node in _imports(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "causalab_mini":
+                    yield node.lineno, alias.name
+        elif node.level == 0 and (node.module or "").split(".")[0] == "causalab_mini":
+            for alias in node.names:
+                yield node.lineno, f"{node.module}:{alias.name}"
+
+
+def test_the_plugin_imports_only_the_public_api():
+    import causalab_mini
+
+    public = set(causalab_mini.__all__)
+    offending = []
+    for name, path in module_files(ROOT, ("pytest_causalab",)).items():
+        for line, what in _library_imports(path):
+            module, _, attr = what.partition(":")
+            ok = (module == "causalab_mini" and (not attr or attr in public
+                                                 or f"causalab_mini.{attr}" in PUBLIC_MODULES)
+                  or module in PUBLIC_MODULES)
+            if not ok:
+                offending.append(f"{path.relative_to(ROOT)}:{line}: {what.replace(':', ' import ')}")
+    assert not offending, "the plugin reaches past causalab_mini's public API:\n" + "\n".join(offending)
+
+
+def test_the_public_api_resolves_every_name():
+    import causalab_mini
+
+    for name in causalab_mini.__all__:
+        assert getattr(causalab_mini, name) is not None, name
+    assert sorted(set(causalab_mini.__all__)) == sorted(causalab_mini.__all__), "a name listed twice"
