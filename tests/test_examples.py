@@ -18,12 +18,12 @@ import json
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from samples import cli_command
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
@@ -32,13 +32,6 @@ HUB_DOCUMENT = EXAMPLES / "hub_model.causalab.json"
 TIMEOUT = 300
 
 
-def cli_command() -> list[str]:
-    """``causalab-mini`` as a user runs it: the venv's script, else the one on PATH, else the module."""
-    script = Path(sys.executable).parent / "causalab-mini"
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("causalab-mini")
-    return [found] if found else [sys.executable, "-m", "causalab_mini.cli"]
 
 
 def offline_env(home: Path) -> dict:
