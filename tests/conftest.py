@@ -1,9 +1,58 @@
-"""Fixtures shared by the family tests (tests/test_families.py and its neighbours)."""
+"""Fixtures shared by the test modules: loaded models, one torch thread, the family checkpoints' folder.
+
+Paths are not fixtures: they live in tests/paths.py (``from paths import MODELS``), since
+modules need them at import time.
+"""
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+
+import load_counter
+from model_cache import EngineCache, TransformersCache
+
+load_counter.install()  # only under CAUSALAB_COUNT_LOADS: see load_counter.py
+
+
+def pytest_sessionfinish(session):
+    load_counter.report()
+
+
+@pytest.fixture(scope="session")
+def engines():
+    """``engines(document_or_model, "hooks" | "nnterp")``: a causalab_mini engine, loaded once per
+    session for each model and way of loading it (model_cache.EngineCache says which)."""
+    cache = EngineCache()
+    yield cache
+    cache.clear()
+
+
+@pytest.fixture(scope="session")
+def hf_model():
+    """``hf_model("tiny-llama", attn_implementation=None)``: a shipped checkpoint as a plain
+    transformers ``(model, tokenizer)``, loaded once per session; never to be changed."""
+    cache = TransformersCache()
+    yield cache
+    cache.clear()
+
+
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for a module that opts in (``pytestmark = pytest.mark.usefixtures("one_thread")``).
+
+    Why one: tiny models make many small ops, and on a busy machine two spinning OpenMP
+    threads per worker make them 10 to 50 times slower (the planted fit in
+    test_featurizers.py: 6 s against 60 s; a three-step generate: ~50x). Why the count goes
+    back afterwards: a count left at 1 changes the bits of later in-process runs that other
+    modules compare with a subprocess's.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

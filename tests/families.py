@@ -15,8 +15,9 @@ import json
 import shutil
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-TOKENIZER = ROOT / "documents" / "models" / "tiny-llama"
+from paths import MODELS
+
+TOKENIZER = MODELS / "tiny-llama"
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja")
 
 D, HEADS, KV, LAYERS, MLP, POSITIONS = 32, 4, 2, 2, 48, 128

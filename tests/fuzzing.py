@@ -16,14 +16,12 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from causalab_mini.errors import CausalabError
+from paths import CORPUS, DATA, MODELS, REPO, V2  # noqa: F401  (re-exported to the fuzz modules)
 
-ROOT = Path(__file__).resolve().parents[1]
-CORPUS = sorted((ROOT / "documents").rglob("*.causalab.json"))
+ROOT = REPO  # the name test_fuzz_baselines.py imports it by
 RAW = [json.loads(p.read_text()) for p in CORPUS]
-MODELS = ROOT / "documents" / "models"
-DATA = ROOT / "documents" / "data"
 # Where a fuzzed document says it lives: beside the corpus, so its relative references resolve.
-FUZZED = ROOT / "documents" / "v2" / "fuzzed.causalab.json"
+FUZZED = V2 / "fuzzed.causalab.json"
 
 EXAMPLES = int(os.environ.get("CAUSALAB_FUZZ_EXAMPLES", "400"))
 

@@ -16,10 +16,9 @@ from transformers import AutoTokenizer
 
 from causalab_mini import cli, documents
 from causalab_mini.errors import CompileError
+from paths import DATA, MODELS
 from samples import patching_document
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS, DATA = REPO / "documents" / "models", REPO / "documents" / "data"
 MODEL_KEYS = ("tiny-llama", "tiny-gpt2", "tiny-gemma2")
 WORDS = ("Monday Tuesday Wednesday Thursday Friday Saturday Sunday January February March April May "
          "June July August September October November December Alice Alexander Bob Robert").split()

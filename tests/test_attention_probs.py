@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from paths import DATA, MODELS
 from reference import padded
 import torch
 
@@ -32,9 +33,6 @@ from causalab_mini.engine.nnterp import NNterpEngine  # noqa: E402
 from causalab_mini.errors import CompileError, Unsupported  # noqa: E402
 from causalab_mini.plan.build import keyed  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS = REPO / "documents" / "models"
-DATA = REPO / "documents" / "data"
 FAMILIES = ("tiny-llama", "tiny-gemma2")
 MODULES = {"tiny-llama": "transformers.models.llama.modeling_llama",
            "tiny-gemma2": "transformers.models.gemma2.modeling_gemma2"}
@@ -42,15 +40,12 @@ ATOL = 1e-6
 
 
 class Eager:
-    """One family: the engine loaded with attention probabilities, and the eager HF reference."""
+    """One family: the engine loaded with attention probabilities, and the eager HF reference
+    (both the session's shared loads: ``run`` removes its hooks and puts the attention function back)."""
 
-    def __init__(self, family: str, data: Path):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    def __init__(self, family: str, data: Path, engine, hf, tok):
         self.family = family
-        self.engine = NNterpEngine.load({"key": family, "dtype": "fp32"}, models=[MODELS], attention_probs=True)
-        self.hf = AutoModelForCausalLM.from_pretrained(MODELS / family, attn_implementation="eager").eval()
-        self.tok = AutoTokenizer.from_pretrained(MODELS / family)
+        self.engine, self.hf, self.tok = engine, hf, tok
         self.data = data / family  # a data root of this family's own pairs
         self.rows = _pairs(self.tok, self.data)
         self.base = self.batch([r["input"] for r in self.rows])
@@ -130,18 +125,11 @@ def _replaced_weights(family: str, replace):
         module.eager_attention_forward = original
 
 
-_LOADED: dict[str, Eager] = {}
-
-
 @pytest.fixture(scope="module", params=FAMILIES)
-def fam(request, tmp_path_factory) -> Eager:
-    if request.param not in _LOADED:
-        _LOADED[request.param] = Eager(request.param, tmp_path_factory.mktemp("data"))
-    return _LOADED[request.param]
-
-
-def teardown_module(module):
-    _LOADED.clear()
+def fam(request, tmp_path_factory, engines, hf_model) -> Eager:
+    family = request.param
+    engine = engines({"key": family, "dtype": "fp32"}, "nnterp", attention_probs=True)
+    return Eager(family, tmp_path_factory.mktemp("data"), engine, *hf_model(family, attn_implementation="eager"))
 
 
 def close(got, want):

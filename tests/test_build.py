@@ -21,11 +21,9 @@ from causalab_mini.errors import CompileError, DataError, ModelError, PlanError
 from causalab_mini.plan.explain import explain
 from causalab_mini.plan.plan import Fit, Observe, Plan
 from causalab_mini.plan.spec import MAX_EPOCHS
+from paths import DATA, MODELS, REPO
 from samples import patching_document
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS = REPO / "documents" / "models"
-DATA = REPO / "documents" / "data"
 LLAMA = MODELS / "tiny-llama"
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from paths import DATA, MODELS, REPO
 from samples import cli_command
 
-REPO = Path(__file__).resolve().parents[1]
 PATCHING = "documents/v2/patching.causalab.json"
 COMPONENTS = ("embeddings", "block_input", "attention_query", "attention_key", "attention_value",
               "attention_probs", "attention_z", "attention_output", "mlp_input", "mlp_hidden", "mlp_output",
@@ -109,8 +109,8 @@ def test_validate_counts_the_points_of_a_sweep(tmp_path):
 def test_explain_prints_the_forwards():
     from transformers import AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(REPO / "documents" / "models" / "tiny-llama")
-    data = [json.loads(line) for line in (REPO / "documents/data/weekdays/train.jsonl").read_text().splitlines()]
+    tok = AutoTokenizer.from_pretrained(MODELS / "tiny-llama")
+    data = [json.loads(line) for line in (DATA / "weekdays" / "train.jsonl").read_text().splitlines()]
     cf = max(len(tok(r["counterfactual_inputs"][0])["input_ids"]) for r in data)
     base = max(len(tok(r["input"])["input_ids"]) for r in data)
     text = ok("explain", PATCHING)
@@ -162,8 +162,8 @@ def test_a_compile_refusal_exits_2(tmp_path):
     path = tmp_path / "deep.causalab.json"
     path.write_text(json.dumps(doc))
     assert ok("validate", str(path)).startswith("ok:")  # the document alone cannot know the depth
-    err = refused("explain", str(path), "--models", str(REPO / "documents/models"),
-                  "--data", str(REPO / "documents/data"))
+    err = refused("explain", str(path), "--models", str(MODELS),
+                  "--data", str(DATA))
     assert "CompileError: sites.target.layers: layer 7 is past the end" in err
 
 
@@ -173,7 +173,7 @@ def test_the_hooks_engine_refusal_exits_2(tmp_path):
     doc["interventions"]["patching"]["reads"]["q"] = {"site": "q", "pos": -1, "input": "base"}
     path = tmp_path / "query.causalab.json"
     path.write_text(json.dumps(doc))
-    models, data = str(REPO / "documents/models"), str(REPO / "documents/data")
+    models, data = str(MODELS), str(DATA)
     err = refused("explain", str(path), "--engine", "hooks", "--models", models, "--data", data)
     assert "sites.q.component" in err and "attention_query" in err
     assert "read  'q' at attention_query[0].heads[1]" in ok("explain", str(path), "--models", models,
@@ -197,7 +197,7 @@ def test_a_missing_file_exits_2(tmp_path):
 def test_revision_prints_the_weights_digest():
     from causalab_mini.engine.loading import weights_digest
 
-    model = REPO / "documents" / "models" / "tiny-llama"
+    model = MODELS / "tiny-llama"
     line = ok("revision", str(model)).strip()
     assert line == f"{weights_digest(model)}  {model}"
 

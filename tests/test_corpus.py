@@ -20,20 +20,15 @@ from causalab_mini import documents
 from causalab_mini.engine import loading
 from causalab_mini.errors import MissingArtifact
 from causalab_mini.plan.plan import Fit, Observe, Operand, Plan, Weights, WriteOp
-
-REPO = Path(__file__).resolve().parent.parent
-DOCS = REPO / "documents"
-DATA = DOCS / "data"
-MODELS = DOCS / "models"
-CORPUS = sorted(DOCS.rglob("*" + documents.SUFFIX))
+from paths import CORPUS, DATA, DOCUMENTS, MODELS, V2
 
 
 def _id(path: Path) -> str:
-    return str(path.relative_to(DOCS))
+    return str(path.relative_to(DOCUMENTS))
 
 
 def _v2(name: str) -> Path:
-    return DOCS / "v2" / f"{name}{documents.SUFFIX}"
+    return V2 / f"{name}{documents.SUFFIX}"
 
 
 # --- independent facts: the data files, the tokenizer, the config ---------------------------
@@ -95,10 +90,10 @@ def _points(plan: Plan) -> dict:
 # --- every document ---------------------------------------------------------------------------
 
 def test_corpus_is_there():
-    names = {p.name.removesuffix(documents.SUFFIX) for p in (DOCS / "v2").glob("*" + documents.SUFFIX)}
+    names = {p.name.removesuffix(documents.SUFFIX) for p in V2.glob("*" + documents.SUFFIX)}
     missing = set(EXPECTED_POINTS) - names
     assert not missing, f"corpus documents missing: {sorted(missing)}"
-    assert (DOCS / "protocol" / f"pos_sweep{documents.SUFFIX}").is_file()
+    assert (DOCUMENTS / "protocol" / f"pos_sweep{documents.SUFFIX}").is_file()
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=_id)
@@ -150,7 +145,7 @@ def test_point_names(name):
 
 
 def test_protocol_point_names():
-    points = documents.points(documents.read(DOCS / "protocol" / f"pos_sweep{documents.SUFFIX}"))
+    points = documents.points(documents.read(DOCUMENTS / "protocol" / f"pos_sweep{documents.SUFFIX}"))
     assert [p.name for p in points] == ["pos=-1", "pos=-2", "pos=-3"]
 
 
@@ -297,7 +292,7 @@ def test_patching_plan(name, key):
     assert [s.file_path for s in score.saves] == ["iia.json", "logit_diff.json"]
 
 
-@pytest.mark.parametrize("path", [_v2("pos_sweep"), DOCS / "protocol" / f"pos_sweep{documents.SUFFIX}"],
+@pytest.mark.parametrize("path", [_v2("pos_sweep"), DOCUMENTS / "protocol" / f"pos_sweep{documents.SUFFIX}"],
                          ids=["plan-shaped", "protocol"])
 def test_pos_sweep_plan(path):
     points = _points(_compiled(path))
@@ -314,7 +309,7 @@ def test_pos_sweep_plan(path):
 
 def test_protocol_and_plan_shapes_compile_alike():
     plan = _points(_compiled(_v2("pos_sweep")))
-    proto = _points(_compiled(DOCS / "protocol" / f"pos_sweep{documents.SUFFIX}"))
+    proto = _points(_compiled(DOCUMENTS / "protocol" / f"pos_sweep{documents.SUFFIX}"))
 
     def shape(point):
         (step,) = point.steps.values()

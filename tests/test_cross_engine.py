@@ -17,33 +17,13 @@ import torch
 from causalab_mini import documents, runner
 from causalab_mini.errors import MissingArtifact, Unsupported
 from causalab_mini.plan.plan import Plan
+from paths import CORPUS, DOCUMENTS
 
-REPO = Path(__file__).resolve().parents[1]
-DOCUMENTS = sorted((REPO / "documents").glob("**/*.causalab.json"))
 ENGINES = ("hooks", "nnterp")
 
 
 def _id(path: Path) -> str:
-    return path.relative_to(REPO / "documents").as_posix().removesuffix(".causalab.json")
-
-
-@pytest.fixture(scope="session")
-def engines():
-    """(engine, document) -> that engine loaded with the document's model, once per model per session."""
-    cache: dict = {}
-
-    def get(engine: str, raw: dict, document: Path):
-        points = documents.points(raw)
-        model = points[0].spec.model
-        # How the model is loaded is decided by the document (eager attention only where a
-        # point taps the pattern), so that decision is part of the key.
-        eager = getattr(runner, "uses_attention_probs", lambda _points: False)(points)
-        key = (engine, model.key, model.revision, model.dtype, eager)
-        if key not in cache:
-            cache[key] = runner.load_engine(raw, engine=engine, document=document)
-        return cache[key]
-
-    return get
+    return path.relative_to(DOCUMENTS).as_posix().removesuffix(".causalab.json")
 
 
 def _differences(a, b, where: str) -> list[str]:
@@ -69,13 +49,13 @@ def _tensors(results: dict) -> int:
     return sum(isinstance(v, torch.Tensor) for v in results.values())
 
 
-@pytest.mark.parametrize("path", DOCUMENTS, ids=_id)
+@pytest.mark.parametrize("path", CORPUS, ids=_id)
 def test_both_engines_give_bit_equal_results(path, engines):
     raw = documents.read(path)
     plans = {}
     for name in ENGINES:
         try:
-            plans[name] = runner.execute(raw, engines(name, raw, path), document=path)
+            plans[name] = runner.execute(raw, engines(raw, name, document=path), document=path)
         except (Unsupported, MissingArtifact) as err:
             pytest.skip(f"{name} engine: {type(err).__name__}: {err}")
     hooks, nnterp = plans["hooks"], plans["nnterp"]

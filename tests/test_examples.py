@@ -23,9 +23,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from paths import REPO
 from samples import cli_command
 
-REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "examples"
 WORKFLOW = EXAMPLES / "ci" / "causalab.yml"
 HUB_DOCUMENT = EXAMPLES / "hub_model.causalab.json"

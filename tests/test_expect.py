@@ -5,16 +5,16 @@ import copy
 import json
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
 from causalab_mini import documents
 from causalab_mini.errors import DocumentError
+from paths import V2
 from pytest_causalab import checks as expect  # the run-time half: evaluate, compare, render
 from causalab_mini.plan.expect import Comparison, Expectation
 
-SWEEP = Path(__file__).resolve().parents[1] / "documents" / "v2" / "pos_sweep.causalab.json"
+SWEEP = V2 / "pos_sweep.causalab.json"
 
 
 @dataclass

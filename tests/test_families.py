@@ -26,11 +26,10 @@ import torch
 import families
 from causalab_mini import documents, runner
 from causalab_mini.errors import CompileError
+from paths import DATA
 
 pytestmark = pytest.mark.families
 
-REPO = Path(__file__).resolve().parents[1]
-DATA = REPO / "documents" / "data"
 ATOL = 1e-5
 UNITS = [0, 5, 7]  # mlp_hidden units patched
 HEAD = 1  # attention_z head patched, at layer 1

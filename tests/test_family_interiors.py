@@ -34,10 +34,11 @@ import pytest
 import torch
 
 import families
-from test_families import DATA, FAMILY_NAMES, REFERENCE, _folder, _observe, document
+from test_families import FAMILY_NAMES, REFERENCE, _folder, _observe, document
 from causalab_mini import documents, runner
 from causalab_mini.engine.families import FAMILIES as LAYOUTS
 from causalab_mini.errors import CompileError
+from paths import DATA
 
 pytestmark = pytest.mark.families
 

@@ -22,7 +22,8 @@ from causalab_mini import documents, runner
 from causalab_mini.engine.facts import ModelFacts
 from causalab_mini.errors import CompileError, DocumentError
 from causalab_mini.vocab import COMPONENTS
-from test_families import DATA, REFERENCE, Hand, absent, document
+from paths import DATA, REPO
+from test_families import REFERENCE, Hand, absent, document
 
 pytestmark = pytest.mark.families
 FAMILY_NAMES = tuple(families.FAMILIES)
@@ -213,8 +214,6 @@ def test_the_cli_prints_no_library_noise(family_root, tmp_path):
 def test_the_readme_family_table_is_the_generated_one():
     """README.md's family table is scripts/family_table.py's output, never typed by hand."""
     import importlib.util
-
-    from test_families import REPO
 
     spec = importlib.util.spec_from_file_location("family_table", REPO / "scripts" / "family_table.py")
     table = importlib.util.module_from_spec(spec)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-from pathlib import Path
 
 import pytest
 import torch
@@ -20,9 +19,9 @@ from causalab_mini.errors import DocumentError
 from causalab_mini.ops import featurizers as feat
 from causalab_mini.plan.spec import Featurizer, validate_spec
 from causalab_mini.vocab import FEATURIZER_KINDS, FEATURIZERS
+from paths import REPO
 from samples import cli_command
 
-REPO = Path(__file__).resolve().parents[1]
 D, K = 6, 3  # a small site and a rank below it, so "the site's width" and "k" can be told apart
 
 

@@ -28,25 +28,14 @@ from causalab_mini.ops.featurizers import Dictionary, Gate, Subspace, cayley, ca
 from causalab_mini.ops.intervene import apply_write
 from causalab_mini.plan.featurizer_files import header as read_header
 from causalab_mini.plan.write import write
+from paths import ARTIFACTS, DATA, MODELS, V2
 
-REPO = Path(__file__).resolve().parent.parent
-V2 = REPO / "documents" / "v2"
-MODELS = REPO / "documents" / "models"
-DATA = REPO / "documents" / "data"
-ROT = REPO / "documents" / "artifacts" / "rot.safetensors"
+ROT = ARTIFACTS / "rot.safetensors"
 
 PROPS = settings(max_examples=40, deadline=None)
 SWAPS = settings(max_examples=30, deadline=None)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Single-threaded: these are many small ops, and on a busy machine two spinning OpenMP
-    threads per worker make them ten times slower (measured: the planted fit 6 s → 60 s)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Single-threaded (conftest.py's one_thread): many small ops, ten times slower on two busy threads.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def bits(t: torch.Tensor) -> torch.Tensor:
@@ -392,25 +381,19 @@ def das_raw(epochs: int = 2) -> dict:
 
 
 @pytest.fixture(scope="module")
-def engines():
-    cache = {}
-
-    def get(name: str):
-        if name not in cache:
-            cache[name] = runner.load_engine(das_raw(), engine=name, document=V2 / "das.causalab.json")
-        return cache[name]
-
-    return get
+def tiny_llama(engines):
+    """engine name -> that engine on tiny-llama, the model of every document fitted here (the session's, shared)."""
+    return lambda name: engines(V2 / "das.causalab.json", name)
 
 
 @pytest.fixture(scope="module")
-def das_runs(engines):
+def das_runs(tiny_llama):
     """engine name -> das.causalab.json (2 epochs) run through it, once per module."""
     cache = {}
 
     def get(name: str):
         if name not in cache:
-            cache[name] = runner.execute(das_raw(), engines(name), document=V2 / "das.causalab.json")
+            cache[name] = runner.execute(das_raw(), tiny_llama(name), document=V2 / "das.causalab.json")
         return cache[name]
 
     return get
@@ -425,9 +408,9 @@ def _torch_modules(engine):
 
 
 @pytest.mark.parametrize("engine", ["hooks", "nnterp"])
-def test_a_fit_leaves_the_model_without_gradients_and_moves_the_featurizer(engine, engines, das_runs):
+def test_a_fit_leaves_the_model_without_gradients_and_moves_the_featurizer(engine, tiny_llama, das_runs):
     plan = das_runs(engine)
-    for module in _torch_modules(engines(engine)):
+    for module in _torch_modules(tiny_llama(engine)):
         params = list(module.parameters())
         assert params
         assert all(p.grad is None for p in params), "a model parameter carries a gradient after the fit"
@@ -455,7 +438,7 @@ def test_both_engines_give_the_same_fit(das_runs):
         assert torch.equal(hooks.steps["score"].results[name], nnterp.steps["score"].results[name]), name
 
 
-def test_the_weights_bundle_records_its_header_and_loads_back_as_the_same_basis(engines, das_runs, tmp_path):
+def test_the_weights_bundle_records_its_header_and_loads_back_as_the_same_basis(tiny_llama, das_runs, tmp_path):
     plan = das_runs("hooks")
     raw = das_raw()
     write(plan, tmp_path, plan.provenance)
@@ -471,7 +454,7 @@ def test_the_weights_bundle_records_its_header_and_loads_back_as_the_same_basis(
     apply_raw["featurizers"]["rot"]["file_path"] = "rot.safetensors"
     document = tmp_path / "das_apply.causalab.json"
     document.write_text(json.dumps(apply_raw))
-    applied = runner.execute(apply_raw, engines("hooks"), document=document, data=DATA)
+    applied = runner.execute(apply_raw, tiny_llama("hooks"), document=document, data=DATA)
     state = steps_mod.State()
     fit_mod.construct(applied.steps["featurizers"], state)
     loaded = state.featurizers["rot"]
@@ -481,7 +464,7 @@ def test_the_weights_bundle_records_its_header_and_loads_back_as_the_same_basis(
         assert torch.equal(applied.steps["apply"].results[name], plan.steps["score"].results[name]), name
 
 
-def test_a_gate_fit_anneals_trains_only_during_updates_and_optimizes_only_its_params(engines, monkeypatch):
+def test_a_gate_fit_anneals_trains_only_during_updates_and_optimizes_only_its_params(tiny_llama, monkeypatch):
     raw = json.loads((V2 / "dbm.causalab.json").read_text())
     fit_raw = raw["steps"]["fit"]
     fit_raw["epochs"] = 2
@@ -502,7 +485,7 @@ def test_a_gate_fit_anneals_trains_only_during_updates_and_optimizes_only_its_pa
 
     monkeypatch.setattr(steps_mod, "observe", recording_observe)
     monkeypatch.setattr(torch.optim, "AdamW", recording_adamw)
-    plan = runner.execute(raw, engines("hooks"), document=V2 / "dbm.causalab.json")
+    plan = runner.execute(raw, tiny_llama("hooks"), document=V2 / "dbm.causalab.json")
     monkeypatch.undo()
 
     fit_step = plan.steps["fit"]

@@ -8,38 +8,20 @@ makes `logits` differ from lm_head, a `said` column that matches the model).
 from __future__ import annotations
 
 import json
-from functools import lru_cache
-from pathlib import Path
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "documents" / "models"
-DATA = ROOT / "documents" / "data"
+from paths import DATA, MODELS
 
 FAMILIES = {"tiny-llama": "LlamaForCausalLM", "tiny-gpt2": "GPT2LMHeadModel", "tiny-gemma2": "Gemma2ForCausalLM"}
 HAS_BOS = {"tiny-llama": True, "tiny-gpt2": False, "tiny-gemma2": True}
 DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 PROMPT = "If today is Thursday, tomorrow is"
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    # One thread here, and the process's own count back afterwards: a count left at 1 changes
-    # the bits of later in-process runs that other modules compare with a subprocess's.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-@lru_cache(maxsize=None)
-def load(name: str):
-    tok = AutoTokenizer.from_pretrained(MODELS / name)
-    model = AutoModelForCausalLM.from_pretrained(MODELS / name).eval()
-    return model, tok
+# One thread (conftest.py's one_thread), and the process's own count back afterwards. The models
+# and tokenizers are the session's shared plain-transformers loads (conftest.py's hf_model).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def rows(ref: str) -> list[dict]:
@@ -55,8 +37,8 @@ def pieces(tok, text: str) -> list[str]:
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_model_and_tokenizer_load(name):
-    model, tok = load(name)
+def test_model_and_tokenizer_load(hf_model, name):
+    model, tok = hf_model(name)
     assert type(model).__name__ == FAMILIES[name]
     assert len(tok) == model.config.vocab_size
     assert model.config.pad_token_id == tok.pad_token_id != tok.eos_token_id
@@ -69,8 +51,8 @@ def test_model_file_is_small(name):
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_empty_string_encodes_to_the_prefix(name):
-    _, tok = load(name)
+def test_empty_string_encodes_to_the_prefix(hf_model, name):
+    _, tok = hf_model(name)
     assert tok("")["input_ids"] == ([tok.bos_token_id] if HAS_BOS[name] else [])
     # ... and that prefix is what every prompt starts with.
     ids = tok(PROMPT)["input_ids"]
@@ -80,16 +62,16 @@ def test_empty_string_encodes_to_the_prefix(name):
 
 @pytest.mark.parametrize("name", FAMILIES)
 @pytest.mark.parametrize("text", [PROMPT, "Q: What day is two days after Tuesday?\nA:", "Hello, World! (x + y) * 2 = {z}; ~`'\""])
-def test_decode_round_trips_ascii(name, text):
-    _, tok = load(name)
+def test_decode_round_trips_ascii(hf_model, name, text):
+    _, tok = hf_model(name)
     ids = tok(text)["input_ids"]
     assert tok.unk_token_id is None or tok.unk_token_id not in ids
     assert tok.decode(ids, skip_special_tokens=True) == text
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_batches_pad_on_the_left(name):
-    _, tok = load(name)
+def test_batches_pad_on_the_left(hf_model, name):
+    _, tok = hf_model(name)
     enc = tok(["If today is Wednesday, tomorrow is", "If"], padding=True)
     assert tok.padding_side == "left"
     short_ids, short_mask = enc["input_ids"][1], enc["attention_mask"][1]
@@ -98,8 +80,8 @@ def test_batches_pad_on_the_left(name):
     assert short_mask[-1] == 1 and tok.decode(kept, skip_special_tokens=True) == "If"
 
 
-def test_a_weekday_is_several_tokens_on_tiny_llama():
-    _, tok = load("tiny-llama")
+def test_a_weekday_is_several_tokens_on_tiny_llama(hf_model):
+    _, tok = hf_model("tiny-llama")
     thursday = pieces(tok, " Thursday")
     assert len(thursday) >= 2, thursday
     assert "".join(thursday).strip() == "Thursday"
@@ -109,26 +91,26 @@ def test_a_weekday_is_several_tokens_on_tiny_llama():
 
 
 @pytest.mark.parametrize("name", FAMILIES)
-def test_every_weekday_starts_with_its_own_token(name):
+def test_every_weekday_starts_with_its_own_token(hf_model, name):
     """A metric scores an answer by its first token: two weekdays sharing one would make a
     corpus row compare a token with itself (excluded as answers_share_token, but then the
     corpus would measure fewer rows than it says)."""
-    _, tok = load(name)
+    _, tok = hf_model(name)
     first = {day: tok(" " + day, add_special_tokens=False)["input_ids"][0] for day in DAYS}
     assert len(set(first.values())) == len(DAYS), first
 
 
 @pytest.mark.parametrize("name", ["tiny-llama", "tiny-gpt2"])
-def test_some_weekday_is_several_tokens(name):
+def test_some_weekday_is_several_tokens(hf_model, name):
     """So the corpus exercises answers scored on their first piece and anchors over several."""
-    _, tok = load(name)
+    _, tok = hf_model(name)
     assert any(len(pieces(tok, " " + day)) > 1 for day in DAYS)
 
 
-def test_weekday_pieces_in_context_on_tiny_llama():
+def test_weekday_pieces_in_context_on_tiny_llama(hf_model):
     # The prompt is tokenized word by word, so the weekday inside it is the
     # same pieces as on its own, and the BOS comes first.
-    _, tok = load("tiny-llama")
+    _, tok = hf_model("tiny-llama")
     ids = tok(PROMPT)["input_ids"]
     assert tok.convert_ids_to_tokens(ids[0]) == "<s>"
     decoded = [tok.decode([i]) for i in ids[1:]]
@@ -137,8 +119,8 @@ def test_weekday_pieces_in_context_on_tiny_llama():
     assert decoded[start:start + len(thursday)] == thursday
 
 
-def test_chat_template_renders_llama_2_turns():
-    _, tok = load("tiny-llama")
+def test_chat_template_renders_llama_2_turns(hf_model):
+    _, tok = hf_model("tiny-llama")
     chat = rows("weekdays/chat")[0]["input"]
     rendered = tok.apply_chat_template(chat, tokenize=False)
     assert rendered == (
@@ -150,15 +132,15 @@ def test_chat_template_renders_llama_2_turns():
 
 
 @pytest.mark.parametrize("name", ["tiny-gpt2", "tiny-gemma2"])
-def test_other_families_have_no_chat_template(name):
-    _, tok = load(name)
+def test_other_families_have_no_chat_template(hf_model, name):
+    _, tok = hf_model(name)
     assert not tok.chat_template
 
 
 @pytest.mark.parametrize("name", FAMILIES)
 @torch.no_grad()
-def test_logits_are_lm_head_except_on_the_capping_family(name):
-    model, tok = load(name)
+def test_logits_are_lm_head_except_on_the_capping_family(hf_model, name):
+    model, tok = hf_model(name)
     enc = tok([r["input"] for r in rows("weekdays/train")], return_tensors="pt", padding=True)
     out = model(**enc, output_hidden_states=True)
     raw = model.lm_head(out.hidden_states[-1])
@@ -173,8 +155,8 @@ def test_logits_are_lm_head_except_on_the_capping_family(name):
 
 
 @torch.no_grad()
-def test_tiny_llama_predicts_the_next_day():
-    model, tok = load("tiny-llama")
+def test_tiny_llama_predicts_the_next_day(hf_model):
+    model, tok = hf_model("tiny-llama")
     data = rows("weekdays/train")
     hits = 0
     for row in data:
@@ -256,8 +238,8 @@ def test_weekday_arithmetic_starts_with_the_positions_prompts():
 
 
 @torch.no_grad()
-def test_said_is_in_the_greedy_continuation_on_exactly_two_rows():
-    model, tok = load("tiny-llama")
+def test_said_is_in_the_greedy_continuation_on_exactly_two_rows(hf_model):
+    model, tok = hf_model("tiny-llama")
     data = rows("weekdays/said")
     assert len(data) == 4 and len({r["example_id"] for r in data}) == 4
     enc = tok([r["input"] for r in data], return_tensors="pt", padding=True)

@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import copy
 import json
-from functools import lru_cache
-from pathlib import Path
 
 import pytest
 import torch
 
+from paths import DATA, MODELS, V2
 from reference import answer_id, continued, hidden_of, with_hidden
 
 transformers = pytest.importorskip("transformers")
@@ -29,23 +28,12 @@ from causalab_mini.ops import locate  # noqa: E402
 from causalab_mini.plan.write import write  # noqa: E402
 from causalab_mini.shapes import Anchor, Where  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "documents" / "models"
-DATA = ROOT / "documents" / "data"
-DOCS = ROOT / "documents" / "v2"
 ENGINES = ("nnterp", "hooks")
 ATOL = 1e-5
 N = 3  # generate_probe / generate_steer decode
 
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One thread: tiny models, many small ops, and on a busy machine two spinning OpenMP threads
-    make a three-step generate ~50× slower. The process's own count goes back afterwards."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# One thread (conftest.py's one_thread): on two busy threads a three-step generate is ~50x slower.
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # --- the reference: a plain HF model, hand greedy loops, hand hooks ---------------------------
@@ -57,10 +45,12 @@ BLOCKS = {"tiny-llama": "model.layers", "tiny-gpt2": "transformer.h", "tiny-gemm
 
 
 class Ref:
-    def __init__(self, family: str) -> None:
+    """A family's plain transformers model and tokenizer (the session's shared load: every hook a
+    method registers is removed when it returns), run by hand."""
+
+    def __init__(self, family: str, model, tok) -> None:
         self.family = family
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(MODELS / family, dtype=torch.float32).eval()
-        self.tok = transformers.AutoTokenizer.from_pretrained(MODELS / family)
+        self.model, self.tok = model, tok
         eos = self.model.generation_config.eos_token_id
         eos = eos if isinstance(eos, (list, tuple)) else [eos]
         self.eos = sorted({e for e in (*eos, self.tok.eos_token_id) if e is not None})
@@ -145,9 +135,10 @@ def capture_last(store):
     return hook
 
 
-@lru_cache(maxsize=None)
-def ref(family: str) -> Ref:
-    return Ref(family)
+@pytest.fixture(scope="module")
+def ref(hf_model):
+    """family -> its Ref."""
+    return lambda family: Ref(family, *hf_model(family))
 
 
 def batch_of(forward):
@@ -165,7 +156,7 @@ def pieces(tok, ids) -> list[str]:
 # --- documents and engines ----------------------------------------------------------------------
 
 def doc(name: str) -> dict:
-    return documents.read(DOCS / f"{name}.causalab.json")
+    return documents.read(V2 / f"{name}.causalab.json")
 
 
 def model_block(family: str) -> dict:
@@ -201,20 +192,13 @@ def published(raw: dict, read: str, step: str = "score") -> dict:
 
 
 @pytest.fixture(scope="module")
-def engine():
-    """An engine per (name, family), each loaded once for the module."""
-    loaded = {}
-
-    def get(name: str, family: str = "tiny-llama"):
-        if (name, family) not in loaded:
-            loaded[name, family] = runner.engine_class(name).load({"key": family, "dtype": "fp32"}, models=[MODELS])
-        return loaded[name, family]
-    yield get
-    loaded.clear()
+def engine(engines):
+    """(name, family) -> that engine on that family, from the session's shared engines."""
+    return lambda name, family="tiny-llama": engines({"key": family, "dtype": "fp32"}, name)
 
 
 def execute(raw: dict, eng, batch_size=None):
-    return runner.execute(raw, eng, document=DOCS / "test_generation.causalab.json", data=[DATA],
+    return runner.execute(raw, eng, document=V2 / "test_generation.causalab.json", data=[DATA],
                           batch_size=batch_size)
 
 
@@ -258,7 +242,7 @@ def row_vectors(value: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("name", ENGINES)
 @pytest.mark.parametrize("family", ["tiny-llama", "tiny-gpt2", "tiny-gemma2"])
-def test_generated_ids_are_generates_own(run, name, family):
+def test_generated_ids_are_generates_own(ref, run, name, family):
     raw, plan = run(name, f"plain:{family}")
     obs = observe(plan)
     f = forward_of(obs, "original")
@@ -273,7 +257,7 @@ def test_generated_ids_are_generates_own(run, name, family):
 
 
 @pytest.mark.parametrize("name", ENGINES)
-def test_generate_probe_ids_are_generates_own(run, name):
+def test_generate_probe_ids_are_generates_own(ref, run, name):
     """Both forwards of generate_probe decode: the un-written one on the counterfactual is plain generate."""
     _, plan = run(name, "probe")
     for point in ("index=0", "index=1", "index=2"):
@@ -287,7 +271,7 @@ def test_generate_probe_ids_are_generates_own(run, name):
 
 @pytest.mark.parametrize("name", ENGINES)
 @pytest.mark.parametrize("family", ["tiny-llama", "tiny-gpt2"])
-def test_a_read_at_step_k_is_the_heads_output_at_step_k(run, name, family):
+def test_a_read_at_step_k_is_the_heads_output_at_step_k(ref, run, name, family):
     raw, plan = run(name, f"plain:{family}")
     obs = observe(plan)
     r = ref(family)
@@ -312,7 +296,7 @@ def test_a_read_at_step_k_is_the_heads_output_at_step_k(run, name, family):
 
 
 @pytest.mark.parametrize("name", ENGINES)
-def test_a_step_read_reports_its_step_and_the_token_produced_there(run, name):
+def test_a_step_read_reports_its_step_and_the_token_produced_there(ref, run, name):
     _, plan = run(name, "plain:tiny-llama")
     obs = observe(plan)
     produced = obs.results["original.generated"].tolist()
@@ -331,7 +315,7 @@ def test_a_step_read_reports_its_step_and_the_token_produced_there(run, name):
 
 @pytest.mark.parametrize("name", ENGINES)
 @pytest.mark.parametrize("k", range(N))
-def test_a_prefill_patch_reaches_later_steps_through_the_cache(run, name, k):
+def test_a_prefill_patch_reaches_later_steps_through_the_cache(ref, run, name, k):
     _, plan = run(name, "probe")
     obs = observe(plan, f"index={k}")
     r = ref("tiny-llama")
@@ -366,7 +350,7 @@ def test_a_prefill_patch_reaches_later_steps_through_the_cache(run, name, k):
 
 
 @pytest.mark.parametrize("name", ENGINES)
-def test_generate_probe_records_the_prompt_write_and_the_step_read(run, name):
+def test_generate_probe_records_the_prompt_write_and_the_step_read(ref, run, name):
     _, plan = run(name, "probe")
     tok = ref("tiny-llama").tok
     for k in range(N):
@@ -384,7 +368,7 @@ def test_generate_probe_records_the_prompt_write_and_the_step_read(run, name):
 # --- 4. a write at every step -------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", ENGINES)
-def test_a_write_at_every_step_is_a_hook_on_every_call(run, name):
+def test_a_write_at_every_step_is_a_hook_on_every_call(ref, run, name):
     raw, plan = run(name, "steer")
     scale = raw["interventions"]["steer"]["writes"]["push"]["params"]["scale"]
     r = ref("tiny-llama")
@@ -412,7 +396,7 @@ def test_a_write_at_every_step_is_a_hook_on_every_call(run, name):
 
 # --- 5. the continuation frame on hand-made ids -------------------------------------------------
 
-def test_the_continuation_frame_cuts_each_row_at_its_first_stop():
+def test_the_continuation_frame_cuts_each_row_at_its_first_stop(ref):
     tok = ref("tiny-llama").tok
     eos = tok.eos_token_id
     a, b, c = (tok.convert_tokens_to_ids(t) for t in ("▁Friday", ",", "▁tomorrow"))
@@ -453,7 +437,7 @@ def said_steps(tok, produced, said) -> list:
     return out
 
 
-def test_generated_answer_on_both_engines(run, tmp_path):
+def test_generated_answer_on_both_engines(ref, run, tmp_path):
     rows = [json.loads(line) for line in (DATA / "weekdays" / "said.jsonl").read_text().splitlines() if line.strip()]
     r = ref("tiny-llama")
     plans = {name: run(name, "answer")[1] for name in ENGINES}
@@ -577,7 +561,7 @@ def test_a_fixed_cut_a_continuation_that_stopped_early_cannot_fit_is_refused_by_
     del reads["whole"]  # a span of all three steps: row 0 cannot fit it either
     del raw["steps"]["score"]["outputs"]["o_whole"]
     reads["tail"] = {"site": "head", "pos": {"frame": "generated", "last": 2}, "model": "original", "input": "base"}
-    plan = documents.compile_plan(raw, document=DOCS / "test_generation.causalab.json", data=[DATA], facts=eng)
+    plan = documents.compile_plan(raw, document=V2 / "test_generation.causalab.json", data=[DATA], facts=eng)
     forward = forward_of(observe(plan), "original")
     tok = eng.tokenizer
     word = tok(" Friday", add_special_tokens=False)["input_ids"][0]

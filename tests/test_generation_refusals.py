@@ -12,11 +12,8 @@ import pytest
 
 from causalab_mini import cli, documents
 from causalab_mini.errors import CompileError, DocumentError
+from paths import DATA, MODELS, V2
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "documents" / "models"
-DATA = ROOT / "documents" / "data"
-DOCS = ROOT / "documents" / "v2"
 N = 3  # generate_probe's decode
 CONTINUATION_WRITE = ("a write in the continuation frame is at a step the decode has reached — "
                       "{'index': k} with k >= 0, or {'all': true}. {generated index:-1} names a cut of the "
@@ -24,7 +21,7 @@ CONTINUATION_WRITE = ("a write in the continuation frame is at a step the decode
 
 
 def doc(name: str) -> dict:
-    return documents.read(DOCS / f"{name}.causalab.json")
+    return documents.read(V2 / f"{name}.causalab.json")
 
 
 def variant(tmp_path: Path, name: str, edit) -> Path:
@@ -125,10 +122,10 @@ def test_a_stacked_read_over_the_buffer_bound_is_refused(tmp_path, capsys):
     assert f"{rows} rows x {decode} steps x {width} wide is {mib:.0f} MiB, over the 256 MiB bound" in err, err
     # One step fewer fits: the bound is the number, not a rough size.
     plan = documents.compile_plan(documents.read(variant(tmp_path, "under", stacked(below))),
-                                  document=DOCS / "x.causalab.json", models=[models], data=[DATA])
+                                  document=V2 / "x.causalab.json", models=[models], data=[DATA])
     assert {f.decode for f in plan.steps["score"].forwards} == {below}
     with pytest.raises(CompileError, match="MiB"):
-        documents.compile_plan(documents.read(over), document=DOCS / "x.causalab.json", models=[models],
+        documents.compile_plan(documents.read(over), document=V2 / "x.causalab.json", models=[models],
                                data=[DATA])
 
 
@@ -144,7 +141,7 @@ def test_a_decode_past_the_context_is_refused_and_one_that_fits_compiles(tmp_pat
                 for r in rows for k in ("input", "counterfactual_inputs"))
     fits = variant(tmp_path, "fits", lambda iv: iv.__setitem__("decode", limit - width))
     over = variant(tmp_path, "over", lambda iv: iv.__setitem__("decode", limit - width + 1))
-    plan = documents.compile_plan(documents.read(fits), document=DOCS / "x.causalab.json", models=[MODELS],
+    plan = documents.compile_plan(documents.read(fits), document=V2 / "x.causalab.json", models=[MODELS],
                                   data=[DATA])
     assert {f.decode for p in plan.points for f in p.steps["score"].forwards} == {limit - width}
     assert cli.main(["explain", str(over), "--models", str(MODELS), "--data", str(DATA)]) == 2
@@ -160,4 +157,4 @@ def test_an_attention_pattern_in_the_continuation_is_refused(tmp_path):
     raw["interventions"]["generate"]["reads"]["pp"] = {
         "site": "pattern", "pos": {"frame": "generated", "index": 0}, "model": "patched", "input": "base"}
     with pytest.raises(CompileError, match="an attention pattern gains a key at every decode step"):
-        documents.compile_plan(raw, document=DOCS / "x.causalab.json", models=[MODELS], data=[DATA])
+        documents.compile_plan(raw, document=V2 / "x.causalab.json", models=[MODELS], data=[DATA])

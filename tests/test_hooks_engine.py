@@ -9,10 +9,10 @@ below are spelled per family by hand for the same reason.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from paths import DATA, MODELS, V2
 from reference import answer_id, padded, hidden_of, with_hidden
 import torch
 from torch import nn
@@ -25,9 +25,6 @@ from causalab_mini.errors import CompileError, EngineError, ModelError
 
 transformers = pytest.importorskip("transformers")
 
-ROOT = Path(__file__).resolve().parents[1]
-MODELS = ROOT / "documents" / "models"
-DATA = ROOT / "documents" / "data"
 ROWS = [json.loads(line) for line in (DATA / "weekdays" / "train.jsonl").read_text().splitlines() if line.strip()]
 BASE = [r["input"] for r in ROWS]
 CF = [r["counterfactual_inputs"][0] for r in ROWS]
@@ -45,16 +42,15 @@ LAYOUT = {
 FAMILIES = tuple(LAYOUT)
 
 
-# --- fixtures: each model loaded once per module, by the engine and independently ----------
+# --- fixtures: each model loaded once per session, by the engine and independently ---------
 
 class Ref:
-    """A separately loaded HF model and tokenizer, and hand-written forwards over it."""
+    """A separately loaded HF model and tokenizer (the session's shared load: ``run`` removes
+    every hook it registers), and hand-written forwards over it."""
 
-    def __init__(self, key: str) -> None:
-        path = MODELS / key
+    def __init__(self, key: str, model, tok) -> None:
         self.key = key
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        self.tok = transformers.AutoTokenizer.from_pretrained(path)
+        self.model, self.tok = model, tok
         self.layout = LAYOUT[key]
         cfg = self.model.config
         self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
@@ -118,16 +114,9 @@ def edit_input(fn):
 
 
 @pytest.fixture(scope="module")
-def models():
-    """key -> (HooksEngine, Ref); each loaded once for the module, on first use."""
-    cache: dict = {}
-
-    def get(key: str):
-        if key not in cache:
-            cache[key] = (HooksEngine.load({"key": key, "dtype": "fp32"}, models=[MODELS]), Ref(key))
-        return cache[key]
-
-    return get
+def models(engines, hf_model):
+    """key -> (HooksEngine, Ref), both on the session's shared loads."""
+    return lambda key: (engines({"key": key, "dtype": "fp32"}, "hooks"), Ref(key, *hf_model(key)))
 
 
 # --- documents, written here --------------------------------------------------------------
@@ -217,7 +206,7 @@ def test_residual_patching_matches_hand_hook(models, tmp_path, key):
 
 def test_shipped_patching_document(models):
     """documents/v2/patching.causalab.json, as shipped (revision checked), against the hand hook."""
-    path = ROOT / "documents" / "v2" / "patching.causalab.json"
+    path = V2 / "patching.causalab.json"
     raw = documents.read(path)
     assert raw["model"]["key"] == "tiny-llama"
     loaded = HooksEngine.load(raw["model"], document=path)  # resolves and checks the revision

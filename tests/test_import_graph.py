@@ -19,8 +19,9 @@ import ast
 from pathlib import Path
 
 import pytest
+from paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO
 PACKAGES = ("causalab_mini", "pytest_causalab")
 
 # Circles that exist today and are someone's work in progress: each is one elementary circle,

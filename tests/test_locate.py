@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from ast import literal_eval
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -25,14 +24,11 @@ from causalab_mini.plan.chat import render_row
 from causalab_mini.plan.tokens import tokenize_rows
 from causalab_mini.shapes import Anchor, Where
 from pytest_causalab import strategies as cst
+from paths import DATA, MODELS, V2
 from reference import continued
 
 transformers = pytest.importorskip("transformers")
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS = REPO / "documents" / "models"
-DATA = REPO / "documents" / "data"
-CORPUS = REPO / "documents" / "v2"
 FAMILIES = ("tiny-llama", "tiny-gpt2", "tiny-gemma2")
 PROMPT = cst.WEEKDAY_PROMPT.format(entity="Thursday")  # "If today is Thursday, tomorrow is"
 ARITHMETIC = [("Q: What day is one days after Monday?\nA:", "one"),
@@ -396,9 +392,9 @@ def test_chat_messages_the_template_cannot_render_are_refused_naming_the_row(tmp
     edit(rows[1]["counterfactual_inputs"][0])
     (tmp_path / "weekdays").mkdir()
     (tmp_path / "weekdays" / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    raw = json.loads((CORPUS / "chat_turn.causalab.json").read_text())
+    raw = json.loads((V2 / "chat_turn.causalab.json").read_text())
     with pytest.raises(DataError) as caught:
-        documents.compile_plan(raw, document=CORPUS / "chat_turn.causalab.json", models=[MODELS], data=[tmp_path])
+        documents.compile_plan(raw, document=V2 / "chat_turn.causalab.json", models=[MODELS], data=[tmp_path])
     assert str(caught.value) == f"roles.counterfactual.field: {what}"
 
 
@@ -447,7 +443,7 @@ def test_the_continuation_frame_of_hand_made_ids(llama):
 
 
 def test_a_segment_on_a_plain_text_role_is_refused_at_compile_time():
-    raw = json.loads((CORPUS / "entity_patch.causalab.json").read_text())
+    raw = json.loads((V2 / "entity_patch.causalab.json").read_text())
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"index": -1, "scope": {"segment": "user[1]"}}
     with pytest.raises(CompileError) as caught:
         documents.compile_plan(raw, models=[MODELS], data=[DATA])

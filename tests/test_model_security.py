@@ -23,10 +23,9 @@ import pytest
 import torch
 
 from causalab_mini.engine import loading
+from paths import DATA, MODELS
 from samples import cli_command, patching_document
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS, DATA = REPO / "documents" / "models", REPO / "documents" / "data"
 
 ENGINES = ("nnterp", "hooks")
 PAYLOAD = '''from pathlib import Path

@@ -13,10 +13,10 @@ import re
 import socket
 from contextlib import contextmanager
 from importlib import metadata
-from pathlib import Path
 
 import pytest
 
+from paths import DATA, MODELS, V2
 from reference import answer_id, padded
 import torch
 
@@ -27,9 +27,6 @@ from causalab_mini.engine import base, provenance, steps  # noqa: E402
 from causalab_mini.engine.nnterp import NNterpEngine  # noqa: E402
 from causalab_mini.errors import EngineError, Unsupported  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS = REPO / "documents" / "models"
-DATA = REPO / "documents" / "data"
 FAMILIES = ("tiny-llama", "tiny-gpt2", "tiny-gemma2")
 ATOL = 1e-6
 
@@ -43,18 +40,15 @@ PATHS = {
 PATHS["tiny-gemma2"] = PATHS["tiny-llama"]
 
 
-# --- fixtures: each model loaded once per module ------------------------------------
+# --- fixtures: each model loaded once per session ------------------------------------
 
 class Loaded:
-    """One family: the engine, and the same checkpoint as a plain HF model for the reference."""
+    """One family: the engine, and the same checkpoint as a plain HF model for the reference
+    (both the session's shared loads: ``hooked`` removes every hook it registers)."""
 
-    def __init__(self, family: str):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-
+    def __init__(self, family: str, engine, hf, tok):
         self.family = family
-        self.engine = NNterpEngine.load({"key": family, "dtype": "fp32"}, models=[MODELS])
-        self.hf = AutoModelForCausalLM.from_pretrained(MODELS / family).eval()
-        self.tok = AutoTokenizer.from_pretrained(MODELS / family)
+        self.engine, self.hf, self.tok = engine, hf, tok
         rows = [json.loads(line) for line in (DATA / "weekdays" / "train.jsonl").read_text().splitlines()]
         self.rows = rows
         self.base = self.batch([r["input"] for r in rows])
@@ -102,32 +96,25 @@ class Loaded:
         return last[rows, self.cf_answer] - last[rows, self.base_answer]
 
 
-_LOADED: dict[str, Loaded] = {}
+@pytest.fixture(scope="module")
+def loaded(engines, hf_model):
+    """family -> its Loaded."""
+    return lambda family: Loaded(family, engines({"key": family, "dtype": "fp32"}, "nnterp"), *hf_model(family))
 
 
 @pytest.fixture(scope="module", params=FAMILIES)
-def fam(request) -> Loaded:
-    return _get(request.param)
+def fam(request, loaded) -> Loaded:
+    return loaded(request.param)
 
 
 @pytest.fixture(scope="module")
-def llama() -> Loaded:
-    return _get("tiny-llama")
+def llama(loaded) -> Loaded:
+    return loaded("tiny-llama")
 
 
 @pytest.fixture(scope="module")
-def gemma2() -> Loaded:
-    return _get("tiny-gemma2")
-
-
-def _get(family: str) -> Loaded:
-    if family not in _LOADED:
-        _LOADED[family] = Loaded(family)
-    return _LOADED[family]
-
-
-def teardown_module(module):
-    _LOADED.clear()
+def gemma2(loaded) -> Loaded:
+    return loaded("tiny-gemma2")
 
 
 # --- hand-written hooks ----------------------------------------------------------------
@@ -339,8 +326,8 @@ def test_every_component_writes(fam, tmp_path):
     ("attention_z", {"heads": [1, 2]}, list(range(8, 24))),
     ("mlp_hidden", {"units": [3, 7, 50]}, [3, 7, 50]),
 ])
-def test_heads_and_units_swap(family, component, selector, columns, tmp_path):
-    f = _get(family)
+def test_heads_and_units_swap(loaded, family, component, selector, columns, tmp_path):
+    f = loaded(family)
     plan = f.engine.execute(patching_plan(f, tmp_path, {"component": component, "layers": [0], **selector}))
     got = plan.steps["score"].results
     module = f.module("o" if component == "attention_z" else "down", 0)
@@ -409,8 +396,8 @@ def test_value_heads_swap(fam, tmp_path):
 
 
 @pytest.mark.parametrize("family,capped", [("tiny-llama", False), ("tiny-gemma2", True)])
-def test_logits_is_not_lm_head_on_a_capping_family(family, capped, tmp_path):
-    f = _get(family)
+def test_logits_is_not_lm_head_on_a_capping_family(loaded, family, capped, tmp_path):
+    f = loaded(family)
     sites = {"head": HEAD, "logits": {"component": "logits"}}
     reads = {"h": {"site": "head", "pos": -1, "input": "base"}, "l": {"site": "logits", "pos": -1, "input": "base"}}
     plan = f.plan(tmp_path, sites, {"read": {"reads": reads}},
@@ -471,7 +458,7 @@ def test_remote_simulation_runs_anchors_decodes_and_fits_alike(llama, name):
     an optimizer stepping featurizer parameters — and the numbers that come home are the same."""
     from causalab_mini import runner
 
-    path = REPO / "documents" / "v2" / f"{name}.causalab.json"
+    path = V2 / f"{name}.causalab.json"
     raw = json.loads(path.read_text())
     if name == "das":
         raw["steps"]["fit"]["epochs"] = 1

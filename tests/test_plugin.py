@@ -14,11 +14,11 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
+from paths import REPO, V2
 
 pytest_plugins = ["pytester"]
 
-REPO = Path(__file__).resolve().parents[1]
-CORPUS = REPO / "documents" / "v2"
+CORPUS = V2  # the corpus documents the tests copy and change
 
 
 @pytest.fixture(autouse=True)

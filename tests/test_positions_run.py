@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from paths import DATA, V2
 from reference import answer_id, padded
 
 from causalab_mini import documents, runner
@@ -28,11 +29,8 @@ from causalab_mini.shapes import Where
 
 transformers = pytest.importorskip("transformers")
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS = REPO / "documents" / "models"
-DATA = REPO / "documents" / "data"
-ENTITY = REPO / "documents" / "v2" / "entity_patch.causalab.json"
-PATCHING = REPO / "documents" / "v2" / "patching.causalab.json"
+ENTITY = V2 / "entity_patch.causalab.json"
+PATCHING = V2 / "patching.causalab.json"
 ROWS = [json.loads(line) for line in (DATA / "weekdays" / "train.jsonl").read_text().splitlines() if line.strip()]
 ENGINES = ("hooks", "nnterp")
 TOL = 1e-5
@@ -41,23 +39,15 @@ SKIP_SENTENCE = ("A read may skip a row; a write may not — writing nothing som
 
 
 @pytest.fixture(scope="module")
-def engines():
-    raw = documents.read(ENTITY)
-    made: dict = {}
-
-    def get(name: str):
-        if name not in made:
-            made[name] = runner.load_engine(raw, engine=name, document=ENTITY)
-        return made[name]
-
-    return get
+def tiny_llama(engines):
+    """engine name -> that engine on tiny-llama, the model of every document here (the session's, shared)."""
+    return lambda name: engines(ENTITY, name)
 
 
 @pytest.fixture(scope="module")
-def hf():
-    path = MODELS / "tiny-llama"
-    model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-    return model, transformers.AutoTokenizer.from_pretrained(path)
+def hf(hf_model):
+    """tiny-llama as a plain transformers (model, tokenizer): the session's shared load, hooks removed after use."""
+    return hf_model("tiny-llama")
 
 
 # --- the independent side ------------------------------------------------------------------------
@@ -174,9 +164,9 @@ def read_only(raw: dict) -> None:
 # --- entity_patch, as shipped ------------------------------------------------------------------
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_entity_patch_acts_on_each_rows_own_entity(engines, hf, engine, tmp_path):
+def test_entity_patch_acts_on_each_rows_own_entity(tiny_llama, hf, engine, tmp_path):
     _, tok = hf
-    plan = runner.execute(documents.read(ENTITY), engines(engine), document=ENTITY)
+    plan = runner.execute(documents.read(ENTITY), tiny_llama(engine), document=ENTITY)
     score = plan.steps["score"]
     assert isinstance(score, Observe)
     base = [r["input"] for r in ROWS]
@@ -231,11 +221,11 @@ def test_entity_patch_acts_on_each_rows_own_entity(engines, hf, engine, tmp_path
 # --- a row whose anchor is not in its prompt ---------------------------------------------------
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_write_with_nothing_to_write_on_a_row_is_refused(engines, tmp_path, engine):
+def test_a_write_with_nothing_to_write_on_a_row_is_refused(tiny_llama, tmp_path, engine):
     data = misanchored(tmp_path)
     doc, raw = entity_doc(tmp_path, "entity")
     with pytest.raises(EngineError) as caught:
-        runner.execute(raw, engines(engine), document=doc, data=[data])
+        runner.execute(raw, tiny_llama(engine), document=doc, data=[data])
     err = caught.value
     assert err.path == "patch"
     assert err.problem.startswith(f"write 'patch' has nothing to write on row(s) {{1: 'alignment_missing'}}. "
@@ -244,11 +234,11 @@ def test_a_write_with_nothing_to_write_on_a_row_is_refused(engines, tmp_path, en
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_read_without_its_anchor_excludes_the_row(engines, hf, tmp_path, engine):
+def test_a_read_without_its_anchor_excludes_the_row(tiny_llama, hf, tmp_path, engine):
     _, tok = hf
     data = misanchored(tmp_path)
     doc, raw = entity_doc(tmp_path, "entity_read", edit=read_only)
-    plan = runner.execute(raw, engines(engine), document=doc, data=[data])
+    plan = runner.execute(raw, tiny_llama(engine), document=doc, data=[data])
     score = plan.steps["score"]
     record = score.results["positions"]["logits"]
     assert record["reason"] == ("", locate.MISSING, "", "")
@@ -282,7 +272,7 @@ def test_a_read_without_its_anchor_excludes_the_row(engines, hf, tmp_path, engin
         assert abs(score.results[name].mean().item() - mean) <= TOL  # the mean is over the kept rows
 
     # One row per batch: the excluded row's batch reads nothing at all, and the rest agree.
-    alone = runner.execute(raw, engines(engine), document=doc, data=[data], batch_size=1).steps["score"]
+    alone = runner.execute(raw, tiny_llama(engine), document=doc, data=[data], batch_size=1).steps["score"]
     assert alone.results["eligible"] == score.results["eligible"]
     assert close(alone.results["logit_diff"].tolist(), expected["logit_diff"])
 
@@ -290,13 +280,13 @@ def test_a_read_without_its_anchor_excludes_the_row(engines, hf, tmp_path, engin
 # --- refusals ------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_write_and_its_operand_of_different_lengths_are_refused(engines, hf, engine):
+def test_a_write_and_its_operand_of_different_lengths_are_refused(tiny_llama, hf, engine):
     _, tok = hf
     raw = json.loads(ENTITY.read_text())
     iv = raw["interventions"]["patching"]
     iv["writes"]["patch"]["pos"] = iv["reads"]["v_cf"]["pos"] = {"all": True, "scope": {"variable": "entity"}}
     with pytest.raises(EngineError) as caught:
-        runner.execute(raw, engines(engine), document=ENTITY)
+        runner.execute(raw, tiny_llama(engine), document=ENTITY)
 
     def pieces(word):
         return len(tok(" " + word, add_special_tokens=False)["input_ids"])
@@ -309,11 +299,11 @@ def test_a_write_and_its_operand_of_different_lengths_are_refused(engines, hf, e
     assert f"on row(s) {differ}" in caught.value.problem
 
 
-def test_a_fixed_cut_no_row_fits_is_refused_at_compile_time(engines):
+def test_a_fixed_cut_no_row_fits_is_refused_at_compile_time(tiny_llama):
     raw = json.loads(ENTITY.read_text())
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"index": 40}
     with pytest.raises(CompileError) as caught:
-        documents.compile_plan(raw, document=ENTITY, facts=engines("hooks"))
+        documents.compile_plan(raw, document=ENTITY, facts=tiny_llama("hooks"))
     err = caught.value
     assert err.path == "interventions.patching.writes.patch.pos"
     assert "'patch'" in err.problem and "{index:40}" in err.problem
@@ -321,9 +311,9 @@ def test_a_fixed_cut_no_row_fits_is_refused_at_compile_time(engines):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_fixed_cut_that_does_not_fit_is_refused_where_it_is_resolved(engines, engine):
+def test_a_fixed_cut_that_does_not_fit_is_refused_where_it_is_resolved(tiny_llama, engine):
     # Past the compiler (a plan made elsewhere, a skewed tokenizer): the run refuses it too.
-    eng = engines(engine)
+    eng = tiny_llama(engine)
     plan = documents.compile_plan(documents.read(PATCHING), document=PATCHING, facts=eng)
     forwards = plan.steps["score"].forwards
     target = next(f for f in forwards if f.writes)
@@ -340,8 +330,8 @@ def test_a_fixed_cut_that_does_not_fit_is_refused_where_it_is_resolved(engines, 
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_tokenizer_skew_is_refused_before_any_text_is_searched(engines, engine):
-    eng = engines(engine)
+def test_a_tokenizer_skew_is_refused_before_any_text_is_searched(tiny_llama, engine):
+    eng = tiny_llama(engine)
     plan = documents.compile_plan(documents.read(ENTITY), document=ENTITY, facts=eng)
     forwards = plan.steps["score"].forwards
     resolved, record = steps.resolve(eng, forwards)  # as compiled: agrees
@@ -357,8 +347,8 @@ def test_a_tokenizer_skew_is_refused_before_any_text_is_searched(engines, engine
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-def test_a_pass_of_bare_integers_records_no_positions(engines, engine, tmp_path):
-    plan = runner.execute(documents.read(PATCHING), engines(engine), document=PATCHING)
+def test_a_pass_of_bare_integers_records_no_positions(tiny_llama, engine, tmp_path):
+    plan = runner.execute(documents.read(PATCHING), tiny_llama(engine), document=PATCHING)
     score = plan.steps["score"]
     assert all(op.where.fixed for f in score.forwards for op in (*f.reads, *f.writes))
     assert "positions" not in score.results
@@ -369,8 +359,8 @@ def test_a_pass_of_bare_integers_records_no_positions(engines, engine, tmp_path)
             assert row["positions"] is None and row["reason"] == "" and "tokens" not in row
 
 
-def test_the_run_and_the_compiler_report_the_same_prompt_lengths(engines):
-    eng = engines("hooks")
+def test_the_run_and_the_compiler_report_the_same_prompt_lengths(tiny_llama):
+    eng = tiny_llama("hooks")
     raw = json.loads(PATCHING.read_text())
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = 40
     with pytest.raises(CompileError) as compiled:

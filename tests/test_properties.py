@@ -25,11 +25,9 @@ from causalab_mini.ops import locate
 from causalab_mini.ops.featurizers import IDENTITY
 from causalab_mini.ops.intervene import apply_write, gather, scatter
 from causalab_mini.shapes import Where
+from paths import DATA, MODELS, REPO, V2
 from pytest_causalab import strategies as cst
 
-REPO = Path(__file__).resolve().parent.parent
-MODELS = REPO / "documents" / "models"
-DATA = REPO / "documents" / "data"
 
 FAST = settings(max_examples=40, deadline=None)
 SLOW = settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -444,7 +442,7 @@ def facts():
 
     def get(model: str):
         if model not in cache:
-            shipped = (json.loads(p.read_text()) for p in sorted((REPO / "documents" / "v2").glob("*.causalab.json")))
+            shipped = (json.loads(p.read_text()) for p in sorted(V2.glob("*.causalab.json")))
             raw = next(doc for doc in shipped if doc["model"]["key"] == model)
             cache[model] = documents_mod.model_facts(documents_mod.points(raw)[0].spec, None, models=[MODELS])
         return cache[model]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
@@ -17,9 +16,9 @@ from causalab_mini import documents
 from causalab_mini.errors import DataError, DocumentError, SweepError
 from causalab_mini.jsontext import MAX_DEPTH
 from causalab_mini.plan.sweep import MAX_POINTS
+from paths import DATA, DOCUMENTS, MODELS, V2
 from samples import patching_document
 
-ROOT = Path(__file__).resolve().parents[1]
 HOSTILE = {
     "deep": ("[" * 700 + "]" * 700).encode(),
     "latin-1": '{"header": {"description": "café"}}'.encode("latin-1"),
@@ -116,7 +115,7 @@ def test_names_and_types_are_refused_at_their_path_before_any_file_is_touched(ed
 
 def _das(edit):
     def apply(raw):
-        fit = json.loads((ROOT / "documents" / "v2" / "das.causalab.json").read_text())
+        fit = json.loads((V2 / "das.causalab.json").read_text())
         raw.clear()
         raw.update(fit)
         edit(raw)
@@ -183,7 +182,7 @@ def test_strictness_keeps_what_json_means():
 
 
 def test_a_protocol_document_is_as_strict():
-    raw = json.loads((ROOT / "documents" / "protocol" / "pos_sweep.causalab.json").read_text())
+    raw = json.loads((DOCUMENTS / "protocol" / "pos_sweep.causalab.json").read_text())
     raw["method"]["decode"] = "3"
     with pytest.raises(DocumentError) as caught:
         documents.points(raw)
@@ -195,7 +194,7 @@ def test_a_protocol_document_is_as_strict():
 def test_an_answer_that_is_not_text_is_refused_naming_the_row(tmp_path, answer, what):
     """``str`` would score a list as the text "[' Friday']"; a number is an answer's digits."""
     rows = [json.loads(line) for line in
-            (ROOT / "documents" / "data" / "weekdays" / "train.jsonl").read_text().splitlines()]
+            (DATA / "weekdays" / "train.jsonl").read_text().splitlines()]
     rows[2]["cf_answer"] = answer
     folder = tmp_path / "data" / "weekdays"
     folder.mkdir(parents=True)
@@ -203,7 +202,7 @@ def test_an_answer_that_is_not_text_is_refused_naming_the_row(tmp_path, answer, 
     from causalab_mini.errors import DataError
 
     with pytest.raises(DataError) as caught:
-        documents.compile_plan(patching_document(), models=[ROOT / "documents" / "models"], data=[tmp_path / "data"])
+        documents.compile_plan(patching_document(), models=[MODELS], data=[tmp_path / "data"])
     assert str(caught.value).startswith("interventions.patching.metrics.iia.expected: weekdays/train row 2: "
                                         f"column 'cf_answer' holds {what}, not an answer's text"), str(caught.value)
 
@@ -214,13 +213,13 @@ def test_a_featurizer_file_that_is_not_safetensors_is_refused_by_name(tmp_path, 
     """A renamed pickle or garbage under a .safetensors name: refused, its declared length never allocated."""
     from causalab_mini.errors import CompileError
 
-    raw = json.loads((ROOT / "documents" / "v2" / "das_apply.causalab.json").read_text())
+    raw = json.loads((V2 / "das_apply.causalab.json").read_text())
     feat = next(iter(raw["featurizers"]))
     (tmp_path / "fake.safetensors").write_bytes(content)
     raw["featurizers"][feat]["file_path"] = "fake.safetensors"
     with pytest.raises(CompileError, match="is not a safetensors file") as caught:
-        documents.compile_plan(raw, document=tmp_path / "d.causalab.json", models=[ROOT / "documents" / "models"],
-                               data=[ROOT / "documents" / "data"])
+        documents.compile_plan(raw, document=tmp_path / "d.causalab.json", models=[MODELS],
+                               data=[DATA])
     assert str(caught.value).startswith(f"featurizers.{feat}.file_path:")
 
 
@@ -241,9 +240,9 @@ def test_a_prompt_longer_than_the_model_was_built_for_is_refused_naming_the_row(
     """tiny-gpt2 has a 128-row position table: a longer prompt would index past it mid-forward."""
     from causalab_mini.errors import CompileError
 
-    limit = json.loads((ROOT / "documents" / "models" / "tiny-gpt2" / "config.json").read_text())["n_positions"]
+    limit = json.loads((MODELS / "tiny-gpt2" / "config.json").read_text())["n_positions"]
     rows = [json.loads(line) for line in
-            (ROOT / "documents" / "data" / "weekdays" / "train.jsonl").read_text().splitlines()]
+            (DATA / "weekdays" / "train.jsonl").read_text().splitlines()]
     rows[1]["input"] = "Monday, " * limit + rows[1]["input"]
     folder = tmp_path / "data" / "weekdays"
     folder.mkdir(parents=True)
@@ -251,10 +250,10 @@ def test_a_prompt_longer_than_the_model_was_built_for_is_refused_naming_the_row(
     raw = patching_document()
     raw["model"]["key"] = "tiny-gpt2"
     with pytest.raises(CompileError) as caught:
-        documents.compile_plan(raw, models=[ROOT / "documents" / "models"], data=[tmp_path / "data"])
+        documents.compile_plan(raw, models=[MODELS], data=[tmp_path / "data"])
     from transformers import AutoTokenizer
 
-    n = len(AutoTokenizer.from_pretrained(ROOT / "documents" / "models" / "tiny-gpt2")(rows[1]["input"])["input_ids"])
+    n = len(AutoTokenizer.from_pretrained(MODELS / "tiny-gpt2")(rows[1]["input"])["input_ids"])
     assert n > limit
     assert str(caught.value) == (f"roles.base.field: weekdays/train row 1 is {n} tokens, over the {limit} positions "
                                  "tiny-gpt2 was built for; shorten the prompts, or use a model with a longer context")

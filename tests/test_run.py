@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
+from paths import DATA, MODELS, REPO, V2
 from reference import answer_id, padded
 from samples import cli_command
 import torch
@@ -35,12 +36,9 @@ from causalab_mini.plan.write import write
 
 transformers = pytest.importorskip("transformers")
 
-REPO = Path(__file__).resolve().parents[1]
-PATCHING = REPO / "documents" / "v2" / "patching.causalab.json"
-POS_SWEEP = REPO / "documents" / "v2" / "pos_sweep.causalab.json"
-ENTITY = REPO / "documents" / "v2" / "entity_patch.causalab.json"
-MODELS = REPO / "documents" / "models"
-DATA = REPO / "documents" / "data"
+PATCHING = V2 / "patching.causalab.json"
+POS_SWEEP = V2 / "pos_sweep.causalab.json"
+ENTITY = V2 / "entity_patch.causalab.json"
 ROWS = [json.loads(line) for line in (DATA / "weekdays" / "train.jsonl").read_text().splitlines()
         if line.strip()]
 ENGINES = ("hooks", "nnterp")
@@ -124,20 +122,19 @@ def patching_runs(request, tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def hooks_engine():
-    """The hooks engine for tiny-llama, loaded once for the module's in-process runs."""
-    return runner.load_engine(documents.read(PATCHING), engine="hooks", document=PATCHING)
+def hooks_engine(engines):
+    """The hooks engine for tiny-llama, for the module's in-process runs (the session's, shared)."""
+    return engines(PATCHING, "hooks")
 
 
 # --- the independent computation ---------------------------------------------------------------
 
 class Reference:
-    """tiny-llama loaded here, and activation patching at block_output[0] written by hand."""
+    """tiny-llama as plain transformers (the session's shared load: the hooks below are removed
+    after each forward), and activation patching at block_output[0] written by hand."""
 
-    def __init__(self) -> None:
-        path = MODELS / "tiny-llama"
-        self.model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        self.tok = transformers.AutoTokenizer.from_pretrained(path)
+    def __init__(self, model, tok) -> None:
+        self.model, self.tok = model, tok
 
     def answer(self, word: str) -> int:
         return answer_id(self.tok, word)
@@ -184,8 +181,8 @@ class Reference:
 
 
 @pytest.fixture(scope="module")
-def reference():
-    ref = Reference()
+def reference(hf_model):
+    ref = Reference(*hf_model("tiny-llama"))
     made: dict = {}
 
     def get(write_pos: int = -1):

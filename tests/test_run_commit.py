@@ -23,10 +23,9 @@ import pytest
 from causalab_mini import runner
 from causalab_mini.errors import EngineError, WriteError
 from causalab_mini.plan import write as write_mod
+from paths import DATA, MODELS, V2
 from samples import cli_command, patching_document
 
-REPO = Path(__file__).resolve().parents[1]
-MODELS, DATA = REPO / "documents" / "models", REPO / "documents" / "data"
 KILLABLE = ("fsync", "replace", "unlink", "rmdir")  # the os calls a write's steps go through
 
 
@@ -36,9 +35,9 @@ def _swept() -> dict:
     return raw
 
 
-def _plan(raw: dict, tmp_path: Path):
+def _plan(raw: dict, tmp_path: Path, engines):
     doc = tmp_path / "doc.causalab.json"
-    engine = runner.load_engine(raw, engine="hooks", document=doc, models=[MODELS])
+    engine = engines(raw, "hooks", document=doc)
     plan = runner.execute(raw, engine, document=doc, data=[DATA])
     return plan
 
@@ -78,13 +77,13 @@ def _write_killed_at(plan, out: Path, n: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def plans(tmp_path_factory):
+def plans(tmp_path_factory, engines):
     tmp = tmp_path_factory.mktemp("plans")
-    first = _plan(_swept(), tmp)
+    first = _plan(_swept(), tmp, engines)
     changed = _swept()
     changed["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": [-1, -3]}
     changed["steps"]["score"]["saves"] = changed["steps"]["score"]["saves"][:1]
-    return first, _plan(changed, tmp)
+    return first, _plan(changed, tmp, engines)
 
 
 def _clean(plan, folder: Path) -> dict[str, bytes]:
@@ -172,10 +171,10 @@ def test_an_out_that_cannot_take_a_run_is_refused_before_the_model_loads(tmp_pat
 
 
 @pytest.mark.parametrize("size", [0, -1])
-def test_a_batch_size_that_is_not_a_number_of_rows_is_refused(tmp_path, size):
+def test_a_batch_size_that_is_not_a_number_of_rows_is_refused(engines, tmp_path, size):
     raw = patching_document()
     doc = tmp_path / "doc.causalab.json"
-    engine = runner.load_engine(raw, engine="hooks", document=doc, models=[MODELS])
+    engine = engines(raw, "hooks", document=doc)
     with pytest.raises(EngineError, match="not a number of rows"):
         runner.execute(raw, engine, document=doc, data=[DATA], batch_size=size)
 
@@ -234,8 +233,8 @@ def test_a_full_filesystem_leaves_the_previous_run_and_a_rerun_is_a_clean_run(tm
     there is room writes exactly what a clean run writes."""
     import subprocess
 
-    small = str(REPO / "documents" / "v2" / "patching.causalab.json")
-    swept = str(REPO / "documents" / "v2" / "pos_sweep.causalab.json")
+    small = str(V2 / "patching.causalab.json")
+    swept = str(V2 / "pos_sweep.causalab.json")
     unshare = shutil.which("unshare")
     probe = unshare and subprocess.run([unshare, "--user", "--map-root-user", "--mount", "true"],
                                        capture_output=True)
