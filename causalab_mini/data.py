@@ -29,6 +29,7 @@ from typing import Any, Iterable, Optional, Union
 
 from . import jsontext
 from .errors import DataError
+from .suggest import close_matches, did_you_mean, join, phrase, suggest_fix
 
 __all__ = [
     "Dataset",
@@ -281,11 +282,17 @@ def load(ref: str, roots: Iterable, *, path: str = "") -> Dataset:
     splits = [r.split("/", 1)[1] for r in here if r.split("/", 1)[0] == name]
     if splits:
         fix = f"{name} has split(s): {', '.join(splits)}; write e.g. \"{name}/{splits[0]}\""
+        meant = close_matches(split, splits)
+        suggestion = phrase(f"{name}/{s}" for s in meant)
     elif here:
         fix = "datasets here: " + ", ".join(here)
+        # A misspelt name: the dataset it likely means, with this split where that one has it.
+        meant = close_matches(name, dict.fromkeys(r.split("/", 1)[0] for r in here))
+        suggestion = phrase(f"{m}/{split}" if f"{m}/{split}" in here else m for m in meant)
     else:
-        fix = f"no datasets under these roots; {_NO_ROOT_FIX}"
-    raise DataError(path, f"dataset {ref!r} not found: no {name}/{split}{SUFFIX} in {_roots_text(roots)}", fix)
+        fix, suggestion = f"no datasets under these roots; {_NO_ROOT_FIX}", ""
+    raise DataError(path, f"dataset {ref!r} not found: no {name}/{split}{SUFFIX} in {_roots_text(roots)}",
+                    join(suggestion, fix))
 
 
 def _load_file(file: Path, ref: str, path: str) -> Dataset:
@@ -462,7 +469,7 @@ def get_field(row: dict, field: str, *, path: str = "", row_index: Optional[int]
                     problem = f"{_row_name(row_index)} has no column {part!r} (field {field!r}); columns: {keys}"
                 else:
                     problem = f"{_row_name(row_index)}: {where} has no key {part!r} (field {field!r}); keys: {keys}"
-                raise DataError(path, problem, _did_you_mean(part, value) or "name one of those")
+                raise DataError(path, problem, did_you_mean(part, value) or "name one of those")
             value = value[part]
     return value
 
@@ -551,9 +558,8 @@ def check_variable(ds: Dataset, field: str, variable: str, *, path: str = "") ->
                   else f"in {sib} (no row has one)")
     problem = (f"variable {variable!r} is neither {in_sibling} nor a column of {ds.ref} "
                f"(columns: {', '.join(ds.columns)})")
-    fix = _did_you_mean(variable, [*sorted(sibling_keys), *ds.columns])
-    fix = (fix + "; " if fix else "") + (
-        f"a variable anchor names a key of {sib} or a top-level column")
+    fix = suggest_fix(variable, [*sorted(sibling_keys), *ds.columns],
+                      f"a variable anchor names a key of {sib} or a top-level column")
     raise DataError(path, problem, fix)
 
 
@@ -563,9 +569,8 @@ def column_values(ds: Dataset, column: str, *, path: str = "") -> tuple:
     is a value that is not text or a number: a list or an object has no one spelling to score
     (``str`` would make ``"[' Friday']"`` of it)."""
     if column not in ds.columns:
-        fix = _did_you_mean(column, ds.columns)
         raise DataError(path, f"{ds.ref} has no column {column!r} (columns: {', '.join(ds.columns)})",
-                        (fix + "; " if fix else "") + "name one of the columns")
+                        suggest_fix(column, ds.columns, "name one of the columns"))
     values = []
     for i, row in enumerate(ds.rows):
         try:
@@ -575,16 +580,6 @@ def column_values(ds: Dataset, column: str, *, path: str = "") -> tuple:
                                   "answer's text", "give each row's answer as a string (or null to "
                                   "leave the row out)") from None
     return tuple(values)
-
-
-def _did_you_mean(word: str, choices: Iterable) -> str:
-    import difflib  # only on the error path
-
-    close = difflib.get_close_matches(str(word), list(dict.fromkeys(str(c) for c in choices)),
-                                      n=3, cutoff=0.6)
-    if not close:
-        return ""
-    return "did you mean " + " or ".join(repr(c) for c in close) + "?"
 
 
 # --------------------------------------------------------------------------- describe

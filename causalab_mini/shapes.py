@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .suggest import HintedValueError, did_you_mean
+
 FRAMES = ("prompt", "generated")
 # Segment names a frame can locate. ``role[k]`` (``user[1]``) is also accepted.
 CHAT_ROLES = ("system", "user", "assistant")
@@ -37,9 +39,9 @@ class Anchor:
         if self.variable is None and self.segment is None:
             raise ValueError('a scope names a "variable", a "segment", or both')
         if self.segment is not None and not segment_is_valid(self.segment):
-            raise ValueError(
+            raise HintedValueError(
                 f"segment {self.segment!r} is not one of system, user, assistant, "
-                "role[k] (e.g. user[1]) or eos"
+                "role[k] (e.g. user[1]) or eos", did_you_mean(self.segment, (*CHAT_ROLES, EOS))
             )
 
     def spelling(self) -> str:
@@ -78,7 +80,8 @@ class Where:
                 f"and this one has {len(given)}" + (f" ({', '.join(given)})" if given else "")
             )
         if self.frame not in FRAMES:
-            raise ValueError(f"frame {self.frame!r} is not 'prompt' or 'generated'")
+            raise HintedValueError(f"frame {self.frame!r} is not 'prompt' or 'generated'",
+                                   did_you_mean(self.frame, FRAMES))
         if self.span is not None:
             if len(self.span) != 2:
                 raise ValueError("span is [start, stop], two integers")
@@ -178,15 +181,21 @@ class Where:
             raise ValueError(
                 f"a position is an integer or an object like {{\"index\": -1}}, not {type(value).__name__}"
             )
-        unknown = sorted(set(value) - {"frame", "scope", *CUTS})
+        keys = ("frame", "scope", *CUTS)
+        unknown = sorted(set(value) - set(keys))
         if unknown:
-            raise ValueError(
-                f"unknown position key(s) {unknown}; a position has frame, scope and one of {list(CUTS)}"
+            free = [k for k in keys if k not in value]
+            raise HintedValueError(
+                f"unknown position key(s) {unknown}; a position has frame, scope and one of {list(CUTS)}",
+                " ".join(filter(None, (did_you_mean(k, free) for k in unknown)))
             )
         scope = value.get("scope")
         if scope is not None:
             if not isinstance(scope, dict) or set(scope) - {"variable", "segment"}:
-                raise ValueError('scope is {"variable": name} and/or {"segment": name}')
+                extra = sorted(set(scope) - {"variable", "segment"}) if isinstance(scope, dict) else []
+                raise HintedValueError('scope is {"variable": name} and/or {"segment": name}',
+                                       " ".join(filter(None, (did_you_mean(k, ("variable", "segment"))
+                                                              for k in extra))))
             for key in ("variable", "segment"):
                 if key in scope and not (isinstance(scope[key], str) and scope[key]):
                     raise ValueError(f'scope {key} is a name (a non-empty string), not {scope[key]!r}')

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from .suggest import HintedValueError, did_you_mean
+
 
 @dataclass(frozen=True)
 class Component:
@@ -248,14 +250,17 @@ def check_params(name: str, params: Optional[dict]) -> dict:
     wraps it with the document path.
     """
     if name not in MECHANISMS:
-        raise ValueError(f"unknown mechanism {name!r}; one of {', '.join(sorted(MECHANISMS))}")
+        raise HintedValueError(f"unknown mechanism {name!r}; one of {', '.join(sorted(MECHANISMS))}",
+                               did_you_mean(name, MECHANISMS))
     spec = MECHANISMS[name].params
     params = dict(params or {})
     unknown = sorted(set(params) - set(spec))
     if unknown:
         allowed = ", ".join(spec) if spec else "none"
-        raise ValueError(f"{name}: unknown parameter{'s' if len(unknown) > 1 else ''} "
-                         f"{', '.join(map(repr, unknown))}; {name} takes {allowed}")
+        free = [k for k in spec if k not in params]
+        raise HintedValueError(f"{name}: unknown parameter{'s' if len(unknown) > 1 else ''} "
+                               f"{', '.join(map(repr, unknown))}; {name} takes {allowed}",
+                               " ".join(filter(None, (did_you_mean(k, free) for k in unknown))))
     out: dict = {}
     for key, (typ, default) in spec.items():
         if key not in params or (params[key] is None and default is REQUIRED):

@@ -163,7 +163,7 @@ def test_an_expectation_naming_no_metric_is_refused_at_collection(tester):
     result = tester.runpytest()
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(["  at:   header.expect.0.result", "  what: no metric named 'iaa'",
-                                 "  fix:  metrics here: ['iia', 'logit_diff']"])
+                                 "  fix:  did you mean 'iia'? metrics here: ['iia', 'logit_diff']"])
 
 
 MISSPELLED = {  # name: (corpus document, expectations)
@@ -433,7 +433,7 @@ def test_baseline_written_then_checked_then_drift_then_update(tester, measured):
     result.assert_outcomes(passed=3, warnings=3)
     result.stdout.fnmatch_lines(["*BaselineWarning: baseline was missing and is now written*"])
     stored = baseline(tester, "sweep")
-    assert stored["format"] == "causalab-baseline/1"
+    assert stored["format"] == "causalab-baseline/2"
     assert list(stored["points"]) == ["pos=-1", "pos=-2", "pos=-3"]
     assert stored["points"]["pos=-1"]["results"]["iia"]["rows"] == dict(
         (str(r), v) for r, v in enumerate(measured("pos_sweep", "iia", "pos=-1")))

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from ..errors import HubUnreachable, ModelError
+from ..suggest import close_matches, join
 
 ENV_MODELS = "CAUSALAB_MODELS"
 
@@ -124,8 +125,44 @@ def resolve(key: str, revision: Optional[str], *, document: Optional[Path] = Non
     if key.startswith((".", "/")) or key.count("/") > 1:
         raise ModelError("model.key", f"{key!r} is not a model directory (searched: "
                          f"{', '.join(map(str, searched)) or 'nowhere'})",
-                         f"pass --models DIR or set {ENV_MODELS} to the folder that holds it")
+                         join(local_suggestion(key, model_roots(roots, document)),
+                              f"pass --models DIR or set {ENV_MODELS} to the folder that holds it"))
     return ResolvedModel(key, key, revision, False)
+
+
+def local_models(roots) -> dict[str, Path]:
+    """Every model directory under the search roots, by the key that names it (``tiny-llama``,
+    ``org/name``), the first root's where two roots hold one key."""
+    found: dict[str, Path] = {}
+    for root in _split(roots):
+        try:
+            children = sorted(root.iterdir())
+        except OSError:
+            continue
+        for child in children:
+            if child.name.startswith("."):
+                continue
+            if _is_model_dir(child):
+                found.setdefault(child.name, root)
+                continue
+            try:
+                inner = sorted(child.iterdir()) if child.is_dir() else []
+            except OSError:
+                continue
+            for grand in inner:
+                if not grand.name.startswith(".") and _is_model_dir(grand):
+                    found.setdefault(f"{child.name}/{grand.name}", root)
+    return found
+
+
+def local_suggestion(key: str, roots) -> str:
+    """``did you mean 'tiny-llama' (a local model in <root>)?`` for a key that is not a local
+    model directory, or ``""`` when no local model's key is close to it."""
+    here = local_models(roots)
+    meant = close_matches(key, here)
+    if not meant:
+        return ""
+    return "did you mean " + " or ".join(f"{m!r} (a local model in {here[m]})" for m in meant) + "?"
 
 
 def _hub_failure(resolved: ResolvedModel, err: Exception, searched_roots) -> ModelError:
@@ -138,8 +175,9 @@ def _hub_failure(resolved: ResolvedModel, err: Exception, searched_roots) -> Mod
         "model.key",
         f"{resolved.key!r} is not a local model directory and could not be fetched as a hub id "
         f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})",
-        "put it under a model search path (--models DIR, " + ENV_MODELS + ") or check the id; "
-        f"searched: {', '.join(map(str, searched_roots)) or 'no model roots'}")
+        join(local_suggestion(resolved.key, searched_roots),
+             "put it under a model search path (--models DIR, " + ENV_MODELS + ") or check the id; "
+             f"searched: {', '.join(map(str, searched_roots)) or 'no model roots'}"))
 
 
 def _hub_unreachable(timeout: float = 3.0) -> Optional[str]:
@@ -229,8 +267,9 @@ def _from_hub(loader, resolved: ResolvedModel, roots, trust_remote_code: bool = 
             "model.key",
             f"{resolved.key!r} is not a local model directory, not in the Hugging Face cache, "
             f"and the hub cannot be reached to fetch it ({reason})",
-            "put it under a model search path (--models DIR, " + ENV_MODELS + ") or run where the "
-            f"hub is reachable; searched: {', '.join(map(str, roots)) or 'no model roots'}")
+            join(local_suggestion(resolved.key, roots),
+                 "put it under a model search path (--models DIR, " + ENV_MODELS + ") or run where the "
+                 f"hub is reachable; searched: {', '.join(map(str, roots)) or 'no model roots'}"))
     try:
         return loader.from_pretrained(resolved.source, revision=revision, **options)
     except (OSError, ValueError) as err:

@@ -15,6 +15,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DocumentError
+from ..suggest import suggest_fix
 from .spec import Header, ModelRef, Spec, document_error, validate_spec
 
 INTERVENTION = "method"  # the one intervention of a protocol document
@@ -88,7 +89,7 @@ def _lower_write(path: str, write: ProtocolWrite) -> dict:
     (mechanism, arg), = write.do.items()
     if mechanism not in MECHANISMS:
         raise DocumentError(f"{path}.do", f"unknown mechanism {mechanism!r}",
-                            f"use one of: {', '.join(sorted(MECHANISMS))}")
+                            suggest_fix(mechanism, MECHANISMS, f"use one of: {', '.join(sorted(MECHANISMS))}"))
     out: dict[str, Any] = {"site": write.site, "pos": write.pos, "mechanism": mechanism}
     if isinstance(arg, dict) and "ref" not in arg:
         params = dict(arg)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from ..errors import DocumentError
 from ..jsontext import array_as_tuple
+from ..suggest import suggest_fix
 
 AGGREGATES = ("mean", "min", "max", "all", "eligible")
 OPERATORS = (">", ">=", "<", "<=", "approx", "between")
@@ -206,7 +207,7 @@ def check_points(points) -> None:
             scored = metric_names(p.spec)
             if exp.result not in scored and exp.applies(p.name, p.coords):
                 raise DocumentError(f"{path}.result", f"no metric named {exp.result!r}",
-                                    f"metrics here: {sorted(scored)}")
+                                    suggest_fix(exp.result, sorted(scored), f"metrics here: {sorted(scored)}"))
             if exp.points is None:
                 continue
             if names == [None]:
@@ -216,17 +217,18 @@ def check_points(points) -> None:
                 unknown = [n for n in exp.points if n not in names]
                 if unknown:
                     raise DocumentError(f"{path}.points", f"no point named {unknown[0]!r}",
-                                        f"points: {names}")
+                                        suggest_fix(unknown[0], names, f"points: {names}"))
                 continue
             for axis, wanted in exp.points.items():
                 if axis not in axes:
                     raise DocumentError(f"{path}.points.{axis}", f"no axis named {axis!r}",
-                                        f"axes: {sorted(axes)}")
+                                        suggest_fix(axis, sorted(axes), f"axes: {sorted(axes)}"))
                 options = wanted if isinstance(wanted, list) else [wanted]
                 missing = [o for o in options if _label(o) not in axes[axis]]
                 if missing:
                     raise DocumentError(f"{path}.points.{axis}", f"axis {axis!r} has no value "
-                                        f"{_label(missing[0])}", f"values: {sorted(axes[axis])}")
+                                        f"{_label(missing[0])}", suggest_fix(_label(missing[0]), sorted(axes[axis]),
+                                                                             f"values: {sorted(axes[axis])}"))
 
 
 def _number(value: Any) -> str:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from .. import names
 from ..errors import DocumentError
+from ..suggest import suggest_fix
 from ..vocab import COMPONENTS, FEATURIZERS, METRICS, TRAINABLE_KINDS, VOCAB_WIDE
 
 # spec.py runs these rules from its validator, so only type annotations name its classes here:
@@ -28,7 +29,8 @@ MASK_KINDS = " or ".join(n for n, f in FEATURIZERS.items() if f.declared and f.m
 def _known(path: str, what: str, name: str, names, hint: str = "") -> None:
     if name not in names:
         listed = ", ".join(sorted(names)) or "none"
-        raise DocumentError(path, f"{what} {name!r} is not declared", hint or f"declared: {listed}")
+        raise DocumentError(path, f"{what} {name!r} is not declared",
+                            suggest_fix(name, names, hint or f"declared: {listed}"))
 
 
 def check_spec(spec: "Spec") -> None:
@@ -130,8 +132,8 @@ def _check_intervention(spec: "Spec", path: str, iv: "Intervention") -> None:
             if op not in iv.reads:
                 raise DocumentError(
                     f"{wp}.operand", f"{op!r} is not a read of this intervention",
-                    "a value from an earlier step is {\"ref\": name}; a read names one of: "
-                    + (", ".join(iv.reads) or "none"))
+                    suggest_fix(op, iv.reads, "a value from an earlier step is {\"ref\": name}; a read "
+                                "names one of: " + (", ".join(iv.reads) or "none")))
             source = iv.reads[op]
             if source.view == "logits":
                 raise DocumentError(f"{wp}.operand", f"read {op!r} is a logits view; an operand "
@@ -234,8 +236,8 @@ def _check_steps(spec: "Spec") -> None:
                     f"interventions.{step.interventions}.writes.{wname}.operand",
                     f"{{\"ref\": {json.dumps(write.operand_ref)}}} is not published by a step "
                     f"before {sname!r}",
-                    "publish it from an earlier observe step's outputs"
-                    + (f" (published so far: {', '.join(published)})" if published else ""))
+                    suggest_fix(write.operand_ref, published, "publish it from an earlier observe step's outputs"
+                                + (f" (published so far: {', '.join(published)})" if published else "")))
         if step.kind == "fit":
             _check_fit(spec, sp, step, iv)
         else:
@@ -278,7 +280,8 @@ def _check_saves(sp: str, step, iv) -> None:
         else:
             choices = sorted([*iv.metrics, *outputs, *generated])
             raise DocumentError(f"{path}.value", f"{save.value!r} is not a metric or output of "
-                                "this step", f"save one of: {', '.join(choices) or 'nothing'}")
+                                "this step", suggest_fix(save.value, choices,
+                                                         f"save one of: {', '.join(choices) or 'nothing'}"))
         if [s.file_path for s in step.saves].count(save.file_path) > 1:
             raise DocumentError(f"{path}.file_path", f"{save.file_path!r} is written twice",
                                 "give each save its own file")
@@ -310,7 +313,9 @@ def _check_fit(spec: "Spec", sp: str, step, iv) -> None:
             gate = term[: -len(".mask")]
             if gate not in step.params or not FEATURIZERS[spec.featurizers[gate].kind].mask:
                 raise DocumentError(tp, f"{term!r} is the mask of a {MASK_KINDS} this fit trains, and "
-                                    f"{gate!r} is not one", f"add the {MASK_KINDS} to params, or drop the term")
+                                    f"{gate!r} is not one",
+                                    suggest_fix(term, [f"{g}.mask" for g in _masks(spec, step)],
+                                                f"add the {MASK_KINDS} to params, or drop the term"))
             continue
         _known(tp, "metric", term, iv.metrics)
         kind = iv.metrics[term].kind
@@ -326,4 +331,10 @@ def _check_fit(spec: "Spec", sp: str, step, iv) -> None:
     for gate in step.anneal:
         if gate not in step.params or not FEATURIZERS[spec.featurizers[gate].kind].mask:
             raise DocumentError(f"{sp}.anneal.{gate}", f"{gate!r} is not a {MASK_KINDS} this fit trains",
-                                f"anneal only a {MASK_KINDS} listed in params")
+                                suggest_fix(gate, _masks(spec, step),
+                                            f"anneal only a {MASK_KINDS} listed in params"))
+
+
+def _masks(spec: "Spec", step) -> list:
+    """The featurizers a fit trains that are masks (a gate): what `.mask` terms and anneal name."""
+    return [g for g in step.params if g in spec.featurizers and FEATURIZERS[spec.featurizers[g].kind].mask]
