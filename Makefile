@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[test]"
+	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[test,plots]"
 	touch $(STAMP)
 
 setup: $(STAMP)

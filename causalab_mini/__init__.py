@@ -42,13 +42,14 @@ _HOME = {
     "weights_digest": ".engine.loading",
     "write_atomic": ".files",
     "label": ".plan.sweep",
+    "plot": ".plots",
 }
 _RENAMED = {"position_cut": (".ops.locate", "cut")}
 
 __all__ = [
     # the pipeline
     "read", "points", "compile", "load", "run", "open", "Document", "resolve_model", "weights_digest",
-    "expectation", "write_atomic", "family_layout", "position_cut",
+    "expectation", "write_atomic", "family_layout", "position_cut", "plot",
     # results
     "Run", "Point", "Result", "Grid",
     # documents

@@ -1,4 +1,4 @@
-"""``causalab-mini``: vocab, schema, data, validate, explain, run, revision.
+"""``causalab-mini``: vocab, schema, data, validate, explain, run, table, revision.
 
 Every refusal is a ``CausalabError``; it is printed as one message (path, what
 is wrong, what to write instead) without a traceback, and the exit status is 2.
@@ -86,32 +86,107 @@ def _cmd_revision(args) -> int:
     return 0
 
 
-def _bar(name: str, done: int, total: int) -> None:
-    width = 24
-    filled = width * done // total
-    end = "\n" if done == total else ""
-    print(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {name}\033[K", end=end,
-          file=sys.stderr, flush=True)
+class _Watch:
+    """A run's progress events (``engine.progress``): a tqdm bar on stderr when ``bar`` — rows
+    through the passes of all the run's rows, advanced per batch, with an ETA; the sweep point
+    underway as its label, a fit's last epoch after it — and, bar or not, where the walk was,
+    for a refusal to say."""
+
+    def __init__(self, bar: bool):
+        self.show, self.bar = bar, None
+        self.started, self.point, self.index, self.points = False, None, 0, 0
+
+    def __call__(self, event) -> None:
+        if event.kind == "run":
+            self.started = True
+            if self.show:
+                try:  # transformers' own dependency, so there wherever a run is
+                    from tqdm import tqdm
+                except ImportError:
+                    self.show = False
+                    return
+                self.close()
+                self.bar = tqdm(total=event.total, unit="row", file=sys.stderr, dynamic_ncols=True)
+        elif event.kind == "point":
+            self.point, self.index, self.points = event.name, event.done, event.total
+            if self.bar is not None:
+                self.bar.set_description_str(event.name)
+        elif self.bar is None:
+            return
+        elif event.kind == "batch":
+            self.bar.update(event.rows)
+        elif event.kind == "done" and event.name != self.point:  # a fit's epoch
+            self.bar.set_postfix_str(event.name)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+
+    def refusal(self, err: CausalabError, out) -> CausalabError:
+        """A refusal from inside the walk, saying at which point, and that nothing was written:
+        the folder is committed whole after every point has run (``api.run``), so no point's
+        folder exists to point at. A refusal before the walk, or from the write, is as it was."""
+        from .errors import WriteError
+
+        if not self.started or isinstance(err, WriteError):
+            return err
+        said = (f"nothing was written to {out}: a run's folder is committed whole, after every point "
+                "has run")
+        if self.point is not None:
+            said = f"at point {self.point} ({self.index + 1} of {self.points}); {said}"
+        return type(err)(err.path, err.problem, f"{err.fix}; {said}" if err.fix else said)
 
 
 def _cmd_run(args) -> int:
-    from contextlib import nullcontext
-
-    from . import api
-    from .engine.steps import reporting
+    from . import api, tables
+    from .engine.progress import listening
     from .plan.show_tokens import notes
 
     # A progress bar only for a person watching: not with --quiet, not into a pipe or a log.
-    progress = nullcontext() if args.quiet or not sys.stderr.isatty() else reporting(_bar)
-    with progress:
-        ran = api.run(args.document, engine=args.engine, out=args.out, batch_size=args.batch_size,
-                      models=args.models, data=args.data, device_map=args.device_map,
-                      trust_remote_code=args.trust_remote_code)
-    for path in ran.files:
-        print(path)
+    watch = _Watch(bar=not args.quiet and sys.stderr.isatty())
+    try:
+        with listening(watch):
+            ran = api.run(args.document, engine=args.engine, out=args.out, batch_size=args.batch_size,
+                          models=args.models, data=args.data, device_map=args.device_map,
+                          trust_remote_code=args.trust_remote_code)
+    except CausalabError as err:
+        raise watch.refusal(err, args.out) from None
+    finally:
+        watch.close()
+    if args.json:  # for programs: this object and nothing else on stdout
+        print(json.dumps(tables.means_json(ran), indent=1, ensure_ascii=False))
+    else:
+        for path in ran.files:
+            print(path)
+        # Stdout stays one path a line into a pipe or a file (what scripts read; --json is the
+        # machine form); a person at a terminal also sees what the run measured.
+        if sys.stdout.isatty() and tables.result_names(ran):
+            print()
+            print("\n".join(tables.aligned(*tables.means_table(ran))))
     sys.stdout.flush()
     for line in notes(ran.plan):
         print(line, file=sys.stderr)
+    return 0
+
+
+def _cmd_table(args) -> int:
+    from . import api, tables
+
+    ran = api.open(args.directory)
+    sys.stdout.write(tables.render(tables.records(ran, args.result), args.format))
+    return 0
+
+
+def _cmd_plot(args) -> int:
+    from . import api
+    from .plots import choose, file_name, plot
+
+    ran = api.open(args.directory)
+    out = args.output or file_name(ran, choose(ran, args.result, x=args.x, y=args.y, kind=args.kind))
+    plot(ran, args.result, x=args.x, y=args.y, kind=args.kind, point=args.point, row=args.row, head=args.head,
+         level=args.level, path=out)
+    print(out)
     return 0
 
 
@@ -167,6 +242,30 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     _paths_options(p)
     p.set_defaults(func=_cmd_run)
+
+    p = verbs.add_parser("table", help="a finished run's metric rows as one table: a record per (point, row), "
+                                       "the coordinates as columns")
+    p.add_argument("directory", metavar="OUT_DIR", help="the folder a run wrote (the one holding run.json)")
+    p.add_argument("--result", metavar="NAME", help="one saved metric (default: all, with a result column)")
+    p.add_argument("--format", choices=("csv", "json", "md"), default="csv", help="default csv")
+    p.set_defaults(func=_cmd_table)
+
+    p = verbs.add_parser("plot", help="draw a finished run: a heatmap (two axes), a line with its CI (one), "
+                                      "bars (none), a gate's sparsity curve, an attention pattern")
+    p.add_argument("directory", metavar="OUT_DIR", help="the folder a run wrote (the one holding run.json)")
+    p.add_argument("--result", metavar="NAME", help="a saved metric (default: the first), or a saved "
+                                                    "attention pattern's file")
+    p.add_argument("--x", metavar="AXIS", help="the sweep axis across (a heatmap's columns, a line's x)")
+    p.add_argument("--y", metavar="AXIS", help="the sweep axis up (a heatmap's rows)")
+    p.add_argument("--kind", choices=("heatmap", "line", "bars", "gate", "fit", "attention"),
+                   help="default: chosen from the run's axes and saves")
+    p.add_argument("--point", metavar="NAME", help="the point whose attention pattern is drawn")
+    p.add_argument("--row", type=int, default=0, help="the data row whose attention pattern is drawn (default 0)")
+    p.add_argument("--head", type=int, default=None, help="one attention head (default: their mean)")
+    p.add_argument("--level", type=float, default=0.95, help="the bootstrap CI's level (default 0.95)")
+    p.add_argument("-o", "--output", metavar="FILE", help=".png, .svg or .pdf (default "
+                                                          "<document>-<result>.png here)")
+    p.set_defaults(func=_cmd_plot)
     return top
 
 

@@ -19,8 +19,9 @@ from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Weights, Write
 from . import fit as fitting
 from . import progress
 
-# The name callers know (``with steps.reporting(callback):``); it lives in progress.py.
+# The names callers know (``with steps.reporting(callback):``); they live in progress.py.
 reporting = progress.reporting
+listening = progress.listening
 
 
 @dataclass
@@ -45,6 +46,8 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
                                    or batch_size < 1):
         raise EngineError("batch_size", f"{batch_size!r} is not a number of rows",
                           "give a positive integer, or None for the whole batch")
+    if state is None:  # the walk starts: how many rows it will push through, for a bar's total
+        progress.announce_run(getattr(step, "name", ""), rows_in(step))
     state = state or State()
     if isinstance(step, Plan):
         points = [n for n, c in step.steps.items() if isinstance(c, Plan)]
@@ -52,6 +55,8 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
             # A nested plan (a sweep point) gets its own outputs and the same featurizers,
             # so points cannot see each other's published values.
             sub = State(featurizers=state.featurizers) if isinstance(child, Plan) else state
+            if isinstance(child, Plan):
+                progress.announce_point(name, points.index(name), len(points))
             run(engine, child, batch_size=batch_size, state=sub)
             if isinstance(child, Plan):
                 progress.announce(name, points.index(name) + 1, len(points))
@@ -72,6 +77,20 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
         fitting.weights(step, state)
         return step
     raise TypeError(f"unknown step {type(step).__name__}")
+
+
+def rows_in(step) -> int:
+    """The rows a walk of ``step`` pushes through its passes, each pass's rows counted once
+    (not once per forward): the total a progress bar counts ``"batch"`` events against. A fit
+    counts every epoch's updates and held-out pass; one that stops early pushes fewer."""
+    if isinstance(step, Plan):
+        return sum(rows_in(child) for child in step.steps.values())
+    if isinstance(step, Observe):
+        return step.rows
+    if isinstance(step, Fit):
+        held_out = step.evaluation.rows if step.evaluation is not None else 0
+        return len(step.epochs) * (step.epochs.rows + held_out)
+    return 0
 
 
 # --- positions ----------------------------------------------------------------
@@ -241,8 +260,9 @@ def _slice_published(p: Published, a: int, b: int) -> torch.Tensor:
 
 
 def _run_forwards(engine, forwards: tuple[Forward, ...], state: State, rows: int,
-                  batch_size: Optional[int]) -> dict:
-    """Every forward in schedule order, window by window; reads concatenated back in row order."""
+                  batch_size: Optional[int], pass_name: str = "") -> dict:
+    """Every forward in schedule order, window by window; reads concatenated back in row order.
+    Each window, once through every forward, is announced as a ``"batch"`` of ``pass_name``."""
     size = batch_size or rows
     pieces: dict[str, list] = {}
     for a in range(0, rows, size):
@@ -254,6 +274,7 @@ def _run_forwards(engine, forwards: tuple[Forward, ...], state: State, rows: int
         for name, value in values.items():
             if name not in published:
                 pieces.setdefault(name, []).append(value)
+        progress.announce_batch(pass_name, b - a, b, rows)
     return {name: parts[0] if len(parts) == 1 else torch.cat(parts, dim=0) for name, parts in pieces.items()}
 
 
@@ -263,7 +284,7 @@ def observe(engine, obs: Observe, state: State, *, batch_size: Optional[int] = N
             live: bool = False) -> dict:
     """One pass: forwards in order, then metrics and outputs. Returns the metrics live (for a fit)."""
     forwards, positions = resolve(engine, obs.forwards)
-    values = _run_forwards(engine, forwards, state, obs.rows, batch_size)
+    values = _run_forwards(engine, forwards, state, obs.rows, batch_size, obs.name)
     windows = {name: (w, r) for f in forwards for name, w, r in f.windows}
     for f in forwards:
         if f.decode:
