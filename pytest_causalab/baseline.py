@@ -5,25 +5,36 @@ for ``documents/v2/patching.causalab.json``; the folder's name is the
 ``causalab_baselines`` ini option)::
 
     {
-     "format": "causalab-baseline/1",
+     "format": "causalab-baseline/2",
      "document": "patching.causalab.json",
      "points": {
       "patching": {
        "produced_by": "<sha256 of the point's experiment>",
        "engine": "nnterp",
-       "results": {"iia": {"rows": {"0": 1.0, "1": null}}}
+       "results": {"iia": {"rows": {"0": 1.0, "1": null}}},
+       "experiment": {<the point's document without its header, defaults written out>}
       }
      }
     }
 
 The metrics a document saves as ``.json`` are stored one value per row by
-example id, in row order (``null`` for an ineligible row). The tensors it saves
-(``.safetensors``: generated ids, a published basis, a fitted bundle) are stored
-under ``"tensors"`` by file and tensor name, with shape and dtype, value by value
-up to ``TENSOR_VALUES`` elements and as sums beyond; integers must match exactly. Writers take the
-folder's lock file (``.causalab-lock``), read the file again, change their own
-point and ``os.replace`` a temporary file into place, so xdist workers writing
-different points of one document lose nothing and a reader never sees half a file.
+example id, in row order (``null`` for an ineligible row) — or, in ``aggregates``
+mode (the ``causalab_baseline_mode`` ini option, or a document matching a
+``causalab_baseline_aggregates`` glob), as ``{"mean", "std", "n", "n_rows"}`` per
+result: the mean is held within tolerance, ``n`` (eligible rows) and ``n_rows``
+exactly. The tensors it saves (``.safetensors``: generated ids, a published basis,
+a fitted bundle) are stored under ``"tensors"`` by file and tensor name, with shape
+and dtype, value by value up to ``TENSOR_VALUES`` elements and as sums beyond;
+integers must match exactly. ``"experiment"`` is what ``produced_by`` digests
+(``Spec.canonical()``), so a changed experiment names the fields that changed;
+a ``causalab-baseline/1`` file (no ``"experiment"``) is still read, and says only
+that the digest changed. Entries of points no longer in the document are
+*stale*: reported, and removed by an update flag.
+
+Writers take the folder's lock file (``.causalab-lock``), read the file again, change
+their own point and ``os.replace`` a temporary file into place (with the permissions
+the user's umask gives), so xdist workers writing different points of one document
+lose nothing and a reader never sees half a file.
 """
 from __future__ import annotations
 
@@ -42,7 +53,9 @@ from .checks import Check, close, compare_rows, number
 
 from causalab_mini import Point, stem
 
-FORMAT = "causalab-baseline/1"
+FORMAT = "causalab-baseline/2"  # written; /1 (no "experiment", rows only) is read too
+FORMATS = ("causalab-baseline/1", FORMAT)
+MODES = ("rows", "aggregates")
 LOCK = ".causalab-lock"  # one per baselines folder, hidden and ignored by git (.gitignore)
 
 
@@ -64,17 +77,19 @@ def load(path: Path, *, repair: bool = False) -> dict:
         return {}
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as err:
         return _unreadable(path, f"not a readable baseline ({type(err).__name__}: {err})", repair)
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
+    if not isinstance(data, dict) or data.get("format") not in FORMATS:
         found = data.get("format") if isinstance(data, dict) else type(data).__name__
-        return _unreadable(path, f"format {found!r}, expected {FORMAT!r}", repair)
+        return _unreadable(path, f"format {found!r}, expected {FORMAT!r} (or {FORMATS[0]!r})", repair)
     problem = _malformed(data.get("points"))
     if problem:
         return _unreadable(path, f"{problem}, not what a baseline holds ({SHAPE})", repair)
     return data
 
 
-SHAPE = ('"points": {point: {"produced_by", "results": {name: {"rows": {example_id: number or null}}}, '
-         '"tensors": {file: {name: {"shape", "dtype", "values" or "sums"}}}}}')
+SHAPE = ('"points": {point: {"produced_by", "results": {name: {"rows": {example_id: number or null}} '
+         'or {"mean", "std", "n", "n_rows"}}, "tensors": {file: {name: {"shape", "dtype", "values" or "sums"}}}, '
+         '"experiment": {...}}}')
+AGGREGATES = ("mean", "std", "n", "n_rows")
 SUMS = ("sum", "abs_sum", "square_sum")
 
 
@@ -90,7 +105,14 @@ def _malformed(points) -> str:
         results, tensors = e.get("results"), e.get("tensors", {})  # every entry has results; tensors if saved
         if not isinstance(results, dict):
             return f"{at}.results is {_kind(results)}"
+        if not isinstance(e.get("experiment", {}), dict):
+            return f"{at}.experiment is {_kind(e.get('experiment'))}"
         for result, r in results.items():
+            if isinstance(r, dict) and "rows" not in r and "mean" in r:  # aggregates mode
+                problem = _aggregates_malformed(r)
+                if problem:
+                    return f"{at}.results.{result}{problem}"
+                continue
             rows = r.get("rows") if isinstance(r, dict) else None
             if not isinstance(rows, dict):
                 return f"{at}.results.{result}.rows is {_kind(rows)}"
@@ -106,6 +128,19 @@ def _malformed(points) -> str:
                 problem = _tensor_malformed(entry)
                 if problem:
                     return f"{at}.tensors.{file}.{tensor}{problem}"
+    return ""
+
+
+def _aggregates_malformed(r: dict) -> str:
+    """What ``check`` could not read in a stored result's aggregates (``aggregates``' shape), or ""."""
+    for key in ("mean", "std"):
+        if r.get(key) is not None and not _number(r.get(key)):
+            return f".{key} is {_kind(r.get(key))}"
+    for key in ("n", "n_rows"):
+        if not (type(r.get(key)) is int and r[key] >= 0):
+            return f".{key} is {_kind(r.get(key))}, not a count"
+    if r["n"] > r["n_rows"]:
+        return f".n is {r['n']}, more than n_rows {r['n_rows']}"
     return ""
 
 
@@ -176,12 +211,23 @@ def tensor_entry(tensor) -> dict:
     return out
 
 
-def entry(point: Point) -> dict:
+def aggregates(result) -> dict:
+    """A result as aggregates mode stores it: mean and sample std of the eligible rows (null when
+    undefined), ``n`` eligible rows of ``n_rows``."""
+    mean, std = result.mean(), result.std()
+    return {"mean": None if math.isnan(mean) else mean, "std": None if math.isnan(std) else std,
+            "n": len(result.values), "n_rows": len(result.rows)}
+
+
+def entry(point: Point, *, mode: str = "rows", experiment: Optional[dict] = None) -> dict:
     out = {"produced_by": point.produced_by, "engine": point.engine,
-           "results": {name: {"rows": dict(r.pairs())} for name, r in sorted(point.saved().items())}}
+           "results": {name: ({"rows": dict(r.pairs())} if mode == "rows" else aggregates(r))
+                       for name, r in sorted(point.saved().items())}}
     tensors = point.saved_tensors()
     if tensors:
         out["tensors"] = {f: {n: tensor_entry(t) for n, t in sorted(ts.items())} for f, ts in tensors.items()}
+    if experiment is not None:
+        out["experiment"] = experiment
     return out
 
 
@@ -240,83 +286,379 @@ def _locked(path: Path):
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
 
-def store(path: Path, document: Path, point: Point) -> None:
-    """Set this point's entry in the document's baseline file: locked, re-read, replaced atomically."""
+def _write(path: Path, data: dict) -> None:
+    data["format"] = FORMAT  # a /1 file is upgraded whole: its other entries are valid /2 entries
+    data["points"] = dict(sorted(data["points"].items()))
+    text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
+    write_atomic(path, text.encode("utf-8"))  # the user's umask, as any file they write
+
+
+def store(path: Path, document: Path, point: Point, *, mode: str = "rows", experiment: Optional[dict] = None,
+          keep=None) -> list:
+    """Set this point's entry in the document's baseline file: locked, re-read, replaced atomically.
+    With ``keep`` (the document's point names) the entries of other points are removed: returned."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path):
         data = load(path, repair=True) or {"format": FORMAT, "document": Path(document).name, "points": {}}
-        data["points"][point.name] = entry(point)
-        data["points"] = dict(sorted(data["points"].items()))
-        text = json.dumps(data, indent=1, ensure_ascii=False) + "\n"
-        write_atomic(path, text.encode("utf-8"))
+        removed = _drop_stale(data, keep, point.name)
+        data["points"][point.name] = entry(point, mode=mode, experiment=experiment)
+        _write(path, data)
+    return removed
+
+
+def prune(path: Path, keep) -> list:
+    """Remove the entries of points not in ``keep`` (locked, re-read, replaced); the names removed."""
+    if not path.exists():
+        return []
+    with _locked(path):
+        data = load(path, repair=True)
+        removed = _drop_stale(data, keep) if data else []
+        if removed:
+            _write(path, data)
+    return removed
+
+
+def _drop_stale(data: dict, keep, *also) -> list:
+    if keep is None:
+        return []
+    keep = set(keep) | set(also)
+    removed = sorted(n for n in data["points"] if n not in keep)
+    for name in removed:
+        del data["points"][name]
+    return removed
+
+
+# What became of one point's baseline, as the session report counts it.
+WRITTEN, UPDATED, DRIFTED, CHANGED, MISSING, UNCHANGED = (
+    "written", "updated", "drifted", "changed", "missing", "unchanged")
 
 
 @dataclass
 class Verdict:
     checks: list = field(default_factory=list)  # failing Check rows
     notes: list = field(default_factory=list)  # what was written, for a warning
+    lines: list = field(default_factory=list)  # what a failure leads with: drift per result, changed fields
+    status: str = UNCHANGED  # written | updated | drifted | changed (the experiment) | missing | unchanged
+    stale: list = field(default_factory=list)  # entries of points no longer in the document, kept
+    removed: list = field(default_factory=list)  # such entries this check removed (an update flag)
 
 
 def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
-          tolerance) -> Verdict:
+          tolerance, mode: str = "rows", experiment: Optional[dict] = None, points=None) -> Verdict:
     """Compare ``point`` with its stored baseline; write it where the rules say so.
 
     ``tolerance(result) -> (rtol, atol)``. ``update``: None, "failing" (rewrite what fails)
     or "all" (rewrite every point that ran). A missing baseline fails when ``strict``
     (CI), else is written with a note; a changed ``produced_by`` fails until updated.
+    ``mode``: how results are stored and compared (rows, or aggregates). ``experiment``: the
+    point's canonical experiment, stored to say which fields changed. ``points``: the document's
+    point names; entries of others are stale — reported, and removed under ``update``.
     """
     path = path_for(point.document, folder)
     verdict = Verdict()
     shown = _rel(path)
-    if update == "all":
-        store(path, point.document, point)
-        verdict.notes.append(f"baseline written: {shown} [{point.name}]")
-        return verdict
     # Under an update flag a baseline that is not one is written anew rather than refused.
-    stored = load(path, repair=update is not None).get("points", {}).get(point.name)
+    data = load(path, repair=update is not None)
+    entries = data.get("points", {})
+    stale = sorted(n for n in entries if n not in set(points)) if points is not None else []
+    stored = entries.get(point.name)
+    status, absent, verdict.lines, checks = _compare(point, stored, mode, tolerance, experiment,
+                                                     data.get("format", FORMAT))
+    write = (update == "all" or (update == "failing" and status != UNCHANGED)
+             or (update is None and status == MISSING and not strict))
+    keep = points if update is not None else None
+    if write:
+        verdict.removed = store(path, point.document, point, mode=mode, experiment=experiment, keep=keep)
+        verdict.status = {MISSING: WRITTEN, CHANGED: UPDATED, DRIFTED: UPDATED}.get(status, status)
+        detail = "".join(f"\n  {line.strip()}" for line in verdict.lines)
+        verdict.lines = []
+        if update == "all":
+            verdict.notes.append(f"baseline written: {shown} [{point.name}]{detail}")
+        elif status == MISSING and stored is not None:
+            verdict.notes.append(f"baseline lacked {', '.join(absent)} and is now written: {shown} [{point.name}]")
+        elif status == MISSING:
+            verdict.notes.append(f"baseline was missing and is now written: {shown} [{point.name}]")
+        elif status == CHANGED:
+            verdict.notes.append(f"baseline updated (the experiment changed): {shown} [{point.name}]{detail}")
+        else:
+            word = "row" if all(c.aggregate.startswith("row ") for c in checks) else "value"
+            rows = f"{len(checks)} {word}{'s' if len(checks) != 1 else ''}"
+            verdict.notes.append(f"baseline updated ({rows} had drifted): {shown} [{point.name}]{detail}")
+    else:
+        verdict.status = status
+        if keep is not None and stale:
+            verdict.removed = prune(path, keep)
+        if status == MISSING:
+            what = ", ".join(absent) or "*"
+            stored_as = [n for n in absent if stored is not None and n in stored.get("results", {})]
+            verdict.checks.append(Check(
+                point.name, what, "baseline", "stored baseline", "none", None, False,
+                (f"{shown} stores {', '.join(stored_as)} as aggregates, and this document's baseline mode "
+                 f"is rows" if stored_as else f"no baseline in {shown}")
+                + "; record it with --causalab-update-baselines=all and commit it "
+                "(missing baselines fail under CI or --causalab-strict)"))
+        else:
+            verdict.checks = checks
+    if verdict.removed:
+        verdict.notes.append(f"stale baseline entries removed from {shown}: {', '.join(verdict.removed)} "
+                             f"(no longer points of {Path(point.document).name})")
+    verdict.stale = [] if update is not None else stale
+    return verdict
+
+
+def _compare(point: Point, stored: Optional[dict], mode: str, tolerance, experiment: Optional[dict],
+             fmt: str) -> tuple:
+    """(status, absent results, lead lines, failing checks) of a point against its stored entry."""
     saved = point.saved()
     tensors = point.saved_tensors()
-    missing = stored is None or any(name not in stored.get("results", {}) for name in saved) or any(
-        name not in stored.get("tensors", {}).get(f, {}) for f, ts in tensors.items() for name in ts)
-    if stored is not None and stored.get("produced_by") != point.produced_by:
-        if update == "failing":
-            store(path, point.document, point)
-            verdict.notes.append(f"baseline updated (the experiment changed): {shown} [{point.name}]")
-            return verdict
-        verdict.checks.append(Check(
+    if stored is None:
+        return MISSING, [*saved, *tensors], [], []
+    if stored.get("produced_by") != point.produced_by:
+        return CHANGED, [], experiment_lines(stored, point.produced_by, experiment, fmt), [Check(
             point.name, "experiment", "produced_by", f"baseline {str(stored.get('produced_by'))[:12]}",
             point.produced_by[:12], None, False,
             "the experiment changed since the baseline was recorded; if that is intended, rerun with "
-            "--causalab-update-baselines=failing and commit the baseline"))
-        return verdict
-    if missing:
-        if strict and update is None:
-            verdict.checks.append(Check(
-                point.name, ", ".join([n for n in saved if stored is None or n not in stored["results"]]
-                                      + [f for f in tensors if stored is None or f not in stored.get("tensors", {})])
-                or "*",
-                "baseline", "stored baseline", "none", None, False,
-                f"no baseline in {shown}; record it with --causalab-update-baselines=all and commit it "
-                "(missing baselines fail under CI or --causalab-strict)"))
-            return verdict
-        store(path, point.document, point)
-        verdict.notes.append(f"baseline was missing and is now written: {shown} [{point.name}]")
-        return verdict
+            "--causalab-update-baselines and commit the baseline")]
+    results, stored_tensors = stored.get("results", {}), stored.get("tensors", {})
+    # A result stored as aggregates cannot be held row by row: in rows mode it is missing.
+    absent = [n for n in saved if n not in results or (mode == "rows" and "rows" not in results[n])]
+    absent += [f for f, ts in tensors.items() if any(n not in stored_tensors.get(f, {}) for n in ts)]
+    if absent:
+        return MISSING, absent, [], []
+    lines, checks = [], []
     for name, result in saved.items():
-        reference = list(stored["results"][name]["rows"].items())
         rtol, atol = tolerance(name)
-        verdict.checks += compare_rows(point.name, name, "baseline", reference, result.pairs(),
-                                              rtol, atol)
+        if mode == "rows":
+            found, line = _rows_drift(point, name, list(results[name]["rows"].items()), result, rtol, atol)
+        else:
+            found, line = _aggregates_drift(point.name, name, results[name], result, rtol, atol)
+        if found:
+            lines.append(line)
+            checks += found
     for file, named in tensors.items():
         rtol, atol = tolerance(file)
         for name, tensor in named.items():
-            verdict.checks += compare_tensor(point.name, f"{file}:{name}", stored["tensors"][file][name],
-                                              tensor, rtol, atol)
-    if verdict.checks and update == "failing":
-        store(path, point.document, point)
-        verdict.notes.append(f"baseline updated ({len(verdict.checks)} rows had drifted): {shown} [{point.name}]")
-        verdict.checks = []
-    return verdict
+            found = compare_tensor(point.name, f"{file}:{name}", stored_tensors[file][name], tensor, rtol, atol)
+            for c in found:
+                lines.append(f"{c.result}: {c.note}; worst {c.aggregate} {c.expected.removeprefix('baseline ')} "
+                             f"→ {number(c.got)}")
+            checks += found
+    return (DRIFTED if checks else UNCHANGED), [], lines, checks
+
+
+ROW_TEXT = 60  # characters of a row's prompt shown in a drift line
+
+
+def _rows_drift(point: Point, name: str, reference: list, result, rtol: float, atol: float) -> tuple:
+    """The rows beyond tolerance (worst first) and the line that sums them up."""
+    checks = compare_rows(point.name, name, "baseline", reference, result.pairs(), rtol, atol)
+    if not checks:
+        return [], ""
+    got = result.pairs()
+    if [r[0] for r in reference] != [r[0] for r in got]:
+        return checks, (f"{name}: the rows are not the same examples ({len(reference)} rows in the baseline, "
+                        f"{len(got)} now): the data changed")
+    old = [v for _, v in reference if v is not None]
+    old_mean = math.fsum(old) / len(old) if old else math.nan
+    moved = [(i, eid, ref, now) for i, ((eid, ref), (_, now)) in enumerate(zip(reference, got))
+             if not close(ref, now, rtol, atol)]
+
+    def size(m):  # an eligibility change (None on one side) outranks any value
+        return math.inf if m[2] is None or m[3] is None else abs(m[3] - m[2])
+
+    i, eid, ref, now = max(moved, key=size)
+    change = (f"{now - ref:+.6g}" if size((i, eid, ref, now)) != math.inf
+              else f"{_cell(ref)} → {_cell(now)}")
+    text = row_text(point, name, eid)
+    line = (f"{name}: mean {number(old_mean)} → {number(result.mean())}, {len(moved)} of {len(got)} rows moved, "
+            f"worst row {eid} ({change})" + (f" {text!r}" if text is not None else ""))
+    order = {f"row {m[1]}": size(m) for m in moved}
+    return sorted(checks, key=lambda c: -order.get(c.aggregate, 0)), line
+
+
+def _cell(value) -> str:
+    return "excluded" if value is None else number(value)
+
+
+def _stored_aggregates(stored: dict) -> tuple:
+    """(mean or nan, n, n_rows) of a stored result, aggregates or rows (a rows baseline in aggregates mode)."""
+    if "rows" in stored:
+        values = [v for v in stored["rows"].values() if v is not None]
+        mean = math.fsum(values) / len(values) if values else math.nan
+        return mean, len(values), len(stored["rows"])
+    mean = stored.get("mean")
+    return (math.nan if mean is None else mean), stored["n"], stored["n_rows"]
+
+
+def _aggregates_drift(point: str, name: str, stored: dict, result, rtol: float, atol: float) -> tuple:
+    """Aggregates mode: the mean within tolerance, n (eligible rows) and n_rows exactly."""
+    old_mean, old_n, old_rows = _stored_aggregates(stored)
+    mean, n, n_rows = result.mean(), len(result.values), len(result.rows)
+    checks = []
+    if not close(old_mean, mean, rtol, atol):
+        diff = None if math.isnan(old_mean) or math.isnan(mean) else mean - old_mean
+        checks.append(Check(point, name, "mean", f"baseline {number(old_mean)}", mean, diff, False,
+                            f"rtol {number(rtol)}, atol {number(atol)}"))
+    if n != old_n:
+        checks.append(Check(point, name, "n", f"baseline {old_n}", n, n - old_n, False,
+                            "eligible rows, held exactly"))
+    if n_rows != old_rows:
+        checks.append(Check(point, name, "n_rows", f"baseline {old_rows}", n_rows, n_rows - old_rows, False,
+                            "the data changed"))
+    if not checks:
+        return [], ""
+    line = (f"{name}: mean {number(old_mean)} → {number(mean)}, n {old_n}" + (f" → {n}" if n != old_n else "")
+            + (f", rows {old_rows} → {n_rows}" if n_rows != old_rows else ""))
+    return checks, line
+
+
+def row_text(point: Point, result: str, example_id: str) -> Optional[str]:
+    """The prompt of one row of a result — the base input (the role named ``base``, else the first
+    forward's) as the run tokenized it — from the point's executed plan; None when not found."""
+    try:
+        step_name = _step_of(point, result)
+        step = point.plan.steps[step_name]
+        step = getattr(step, "evaluation", None) or step  # a fit's scores are its evaluation's
+        index = list(step.example_ids).index(example_id)
+        forwards = list(step.forwards)
+        forward = next((f for f in forwards if f.input == "base"), forwards[0])
+        text = forward.texts[index]
+    except (AttributeError, KeyError, IndexError, ValueError, TypeError):
+        return None
+    if not isinstance(text, str):
+        return None
+    return text if len(text) <= ROW_TEXT else text[:ROW_TEXT - 1] + "…"
+
+
+def _step_of(point: Point, result: str) -> str:
+    """The step that scored a saved result (``saved()``'s key: the name, or ``step/name``)."""
+    step, _, name = result.rpartition("/")
+    if step:
+        return step
+    return next(s.step for s in point.scored if s.name == name and s.file is not None)
+
+
+# --- which fields of an experiment changed ---------------------------------------------------
+
+FIELDS_SHOWN = 5
+_ABSENT = object()
+
+
+def experiment_lines(stored: dict, produced_by: str, experiment: Optional[dict], fmt: str) -> list:
+    """What a failure says of a changed experiment: the fields that changed (dotted paths, old → new),
+    or, without a recorded experiment (a causalab-baseline/1 entry), the two digests."""
+    old = stored.get("experiment")
+    digests = f"produced_by {str(stored.get('produced_by'))[:12]} → {str(produced_by)[:12]}"
+    if old is None or experiment is None:
+        why = (f"the baseline ({fmt}) does not record the experiment's fields" if old is None
+               else "this run did not record the experiment's fields")
+        return [f"experiment changed: {digests} ({why}; updating the baseline records them)"]
+    try:
+        changes = diff_fields(old, experiment)
+    except RecursionError:  # a hand-made file nested past Python's stack: the digests still say it
+        return [f"experiment changed: {digests}"]
+    if not changes:
+        return [f"experiment changed: {digests}, but no field differs from the recorded experiment"]
+    lines = [f"experiment changed ({len(changes)} field{'s' if len(changes) > 1 else ''}):"]
+    lines += [f"  {where}: {_shown(a)} → {_shown(b)}" for where, a, b in changes[:FIELDS_SHOWN]]
+    if len(changes) > FIELDS_SHOWN:
+        lines.append(f"  … and {len(changes) - FIELDS_SHOWN} more fields")
+    return lines
+
+
+def diff_fields(old, new, at: str = "") -> list:
+    """(dotted path, old, new) of every leaf that differs; lists of one length by index, others whole.
+    At the top the steps' order counts too (``produced_by`` digests it)."""
+    out = []
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in [*old, *(k for k in new if k not in old)]:
+            out += diff_fields(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{at}.{key}" if at else str(key))
+        if not at:
+            before, after = list(old.get("steps", {})), list(new.get("steps", {}))
+            if before != after and sorted(before) == sorted(after):
+                out.append(("steps (order)", before, after))
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        for i, (a, b) in enumerate(zip(old, new)):
+            out += diff_fields(a, b, f"{at}.{i}")
+        return out
+    if old is _ABSENT or new is _ABSENT or type(old) is not type(new) or old != new:
+        out.append((at, old, new))
+    return out
+
+
+def _shown(value, width: int = 40) -> str:
+    if value is _ABSENT:
+        return "absent"
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+# --- the session's report: verdicts through user_properties (xdist carries them) ----------------
+
+STATUS = "causalab.baseline"
+STALE = "causalab.baseline.stale"
+REMOVED = "causalab.baseline.removed"
+
+
+def record(item, verdict: Verdict) -> None:
+    """The verdict as junit properties of the item: what ``session_report`` reads back from reports."""
+    item.user_properties.append((STATUS, verdict.status))
+    if verdict.stale:
+        item.user_properties.append((STALE, json.dumps(verdict.stale)))
+    if verdict.removed:
+        item.user_properties.append((REMOVED, json.dumps(verdict.removed)))
+
+
+CATEGORIES = (WRITTEN, UPDATED, DRIFTED, MISSING, UNCHANGED)
+NAMES_SHOWN = 8
+
+
+def session_report(reports, *, update: Optional[str], detailed: bool) -> list:
+    """The end-of-session lines: counts, then each category's documents and points. Unchanged
+    points are listed only when ``detailed`` (-v, --causalab-summary); stale entries always."""
+    status: dict = {}
+    stale: dict = {}
+    removed: dict = {}
+    for report in reports:
+        props = dict(getattr(report, "user_properties", ()) or ())
+        if STATUS not in props:
+            continue
+        document, _, name = report.nodeid.partition("::")
+        status[(document, name)] = props[STATUS]  # one verdict an item: a rerun replaces it
+        for key, into in ((STALE, stale), (REMOVED, removed)):
+            if key in props:
+                into.setdefault(document, set()).update(json.loads(props[key]))
+    if not status and not stale and not removed:
+        return []
+    by: dict = {c: {} for c in CATEGORIES}
+    for (document, name), s in status.items():
+        category = DRIFTED if s == CHANGED else s
+        label = f"{name} (experiment changed)" if s == CHANGED else name
+        by.setdefault(category, {}).setdefault(document, []).append(label)
+    kept = {d: names - removed.get(d, set()) for d, names in stale.items()}
+    kept = {d: names for d, names in kept.items() if names}
+    counts = [f"{sum(map(len, by[c].values()))} {c}" for c in CATEGORIES if c != MISSING or by[c]]
+    n_kept, n_removed = sum(map(len, kept.values())), sum(map(len, removed.values()))
+    stale_count = [f"{n} stale ({how})" for n, how in ((n_kept, "kept"), (n_removed, "removed")) if n]
+    lines = [f"{len(status)} point{'s' if len(status) != 1 else ''}: {', '.join(counts)}; "
+             f"{', '.join(stale_count) or '0 stale'}"]
+    for category in CATEGORIES:
+        if category == UNCHANGED and not detailed:
+            continue
+        for document, names in by[category].items():
+            lines.append(f"  {category:<9}  {document}: {_names(names)}")
+    for document, names in removed.items():
+        lines.append(f"  {'stale':<9}  {document}: {_names(sorted(names))} (removed)")
+    for document, names in kept.items():
+        lines.append(f"  {'stale':<9}  {document}: {_names(sorted(names))} (kept: not points of the document "
+                     "any more; --causalab-update-baselines removes them)")
+    return lines
+
+
+def _names(names: list) -> str:
+    more = len(names) - NAMES_SHOWN
+    return ", ".join(names[:NAMES_SHOWN]) + (f", … and {more} more" if more > 0 else "")
 
 
 def _rel(path: Path) -> str:

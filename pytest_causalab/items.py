@@ -93,12 +93,13 @@ class RefusedDocument(pytest.Item):
 class PointFailure(Exception):
     """Checks that did not hold at one point: rendered as a table by ``PointItem.repr_failure``."""
 
-    def __init__(self, title: str, checks: list, notes: list):
+    def __init__(self, title: str, checks: list, notes: list, lines: list = ()):
         super().__init__(title)
-        self.title, self.checks, self.notes = title, checks, notes
+        self.title, self.checks, self.notes, self.lines = title, checks, notes, list(lines)
 
     def render(self) -> str:
-        text = f"{self.title}\n{render(self.checks)}"
+        # The baseline's drift (one line per result) and a changed experiment's fields lead the table.
+        text = "\n".join([self.title, *self.lines, render(self.checks)])
         return text + "".join(f"\n{n}" for n in self.notes)
 
 
@@ -150,12 +151,17 @@ class PointItem(pytest.Item):
         if len(ran) > 1:
             checks += self._across(ran)
         primary = ran[engines[0]]
-        verdict = baseline.check(primary, folder=state.settings.baselines, update=state.settings.update,
-                                 strict=state.settings.strict, tolerance=self.tolerance)
+        settings = state.settings
+        verdict = baseline.check(primary, folder=settings.baselines, update=settings.update,
+                                 strict=settings.strict, tolerance=self.tolerance,
+                                 mode=settings.mode_for(self.path, self.config.rootpath),
+                                 experiment=state.experiment(self.path, self.valid.name, engines[0]),
+                                 points=state.document(self.path).point_names)
         checks += verdict.checks
         for note in verdict.notes:
             # Line 0: attributed to the document without quoting its first line ("{").
             warnings.warn_explicit(BaselineWarning(note), None, str(self.path), 0)
+        baseline.record(self, verdict)  # for the session's baseline report, xdist or not
         report.record(self, ran)
         failed = [c for c in checks if not c.ok]
         if failed:
@@ -163,7 +169,7 @@ class PointItem(pytest.Item):
             more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
             title = (f"{len(failed)} of {len(checks)} checks failed on {', '.join(ran)}: {first.result} "
                      f"{first.aggregate} got {number(first.got)}, expected {first.expected}{more}")
-            raise PointFailure(title, failed, verdict.notes)
+            raise PointFailure(title, failed, verdict.notes, verdict.lines)
 
     def _across(self, ran: dict) -> list:
         """Every metric row and saved tensor of the first engine against each other engine's, within tolerance."""

@@ -14,7 +14,7 @@ pytest.register_assert_rewrite("pytest_causalab.asserts")
 
 from causalab_mini import SUFFIX  # noqa: E402
 
-from . import hookspecs, report  # noqa: E402
+from . import baseline, hookspecs, report  # noqa: E402
 from .items import DocumentFile, PointItem  # noqa: E402
 from .session import ENGINES, SESSION, UPDATES, Session, read_settings, session_of  # noqa: E402
 
@@ -47,12 +47,22 @@ def pytest_addoption(parser) -> None:
            metavar="X")
     option("causalab-atol", "absolute tolerance against baselines and across engines; default 1e-5",
            metavar="X")
-    option("causalab-strict", "a missing baseline fails (it always does when CI is set)", "bool",
+    option("causalab-strict", "a missing baseline fails (it always does when the CI environment "
+           "variable is set to anything but empty, 0, false, no or off, case-insensitive)", "bool",
            False, action="store_true")
     option("causalab-summary", "print a table of every point's result means (on under -v)", "bool",
            False, action="store_true")
     group.addoption("--causalab-update-baselines", dest="causalab_update_baselines", metavar="WHICH",
-                    help=f"rewrite stored baselines: {' or '.join(UPDATES)}")
+                    nargs="?", const="failing",
+                    help=f"rewrite stored baselines: {' or '.join(UPDATES)} (alone: failing, the entries "
+                         "that fail); stale entries, of points no longer in their document, are removed")
+    # Ini only: how a committed baseline file is stored is the repository's decision, not one run's.
+    parser.addini("causalab_baseline_mode", "how baselines store each result: rows (every row's value, "
+                  "the default) or aggregates (mean, std, n, n_rows: for sweeps too large for rows)",
+                  default="rows")
+    parser.addini("causalab_baseline_aggregates", "glob patterns (one or more a line) of documents whose "
+                  "baselines store aggregates whatever causalab_baseline_mode says, matched against the "
+                  "document's path relative to the rootdir or its file name", type="linelist", default=[])
 
 
 def pytest_configure(config) -> None:
@@ -104,9 +114,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     # user_properties and all.
     reports = [r for kind in terminalreporter.stats.values() for r in kind
                if getattr(r, "when", None) == "call"]
-    rows = [row for row in map(report.row, reports) if row is not None]
-    if not rows or state is None or not (state.settings.summary or config.getoption("verbose") > 0):
+    if state is None:
         return
-    terminalreporter.write_sep("=", "causalab summary: result means per point")
-    for line in report.render(rows):
-        terminalreporter.write_line(line)
+    detailed = state.settings.summary or config.getoption("verbose") > 0
+    rows = [row for row in map(report.row, reports) if row is not None]
+    if rows and detailed:
+        terminalreporter.write_sep("=", "causalab summary: result means per point")
+        for line in report.render(rows):
+            terminalreporter.write_line(line)
+    # The same path for the baselines' verdicts: each item's user_properties.
+    lines = baseline.session_report(reports, update=state.settings.update, detailed=detailed)
+    if lines:
+        terminalreporter.write_sep("=", "causalab baselines")
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -13,6 +13,7 @@ without trying again.
 from __future__ import annotations
 
 import copy
+import fnmatch
 import os
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,7 +26,16 @@ from causalab_mini import LOCAL_ENGINES, Point, Run, point_name, stem
 
 ENGINES = (*LOCAL_ENGINES, "both")
 UPDATES = ("failing", "all")
+BASELINE_MODES = ("rows", "aggregates")
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-5
+# What a CI variable may say and still mean "not CI" (case-insensitive, spaces ignored); anything
+# else non-empty ("true", "1", "yes", "woodpecker") makes a run strict.
+CI_OFF = ("", "0", "false", "no", "off")
+
+
+def ci_is_set(value: Optional[str]) -> bool:
+    """Whether the ``CI`` environment variable asks for strict baselines: set, and not a "no"."""
+    return value is not None and value.strip().lower() not in CI_OFF
 
 
 def session_of(config) -> "Session":
@@ -46,6 +56,21 @@ class Settings:
     atol: float
     baselines: str  # folder beside each document
     summary: bool
+    baseline_mode: str = "rows"  # rows | aggregates: how a document's baseline stores its results
+    aggregates: tuple[str, ...] = ()  # globs of documents stored as aggregates whatever the mode
+
+    def mode_for(self, document: Path, root: Path) -> str:
+        """The baseline mode of one document: ``aggregates`` when a ``causalab_baseline_aggregates``
+        glob matches its path relative to ``root`` (or its file name), else ``baseline_mode``."""
+        if self.aggregates:
+            path = Path(document)
+            try:
+                rel = path.resolve().relative_to(Path(root).resolve()).as_posix()
+            except ValueError:
+                rel = path.as_posix()
+            if any(fnmatch.fnmatchcase(rel, g) or fnmatch.fnmatchcase(path.name, g) for g in self.aggregates):
+                return "aggregates"
+        return self.baseline_mode
 
     @property
     def engines(self) -> tuple[str, ...]:
@@ -81,12 +106,32 @@ def _number(config, name: str, kind, minimum=None):
     return value
 
 
-def _choice(config, name: str, choices, default, *, ini: bool = True):
-    value = (_option(config, name) if ini else config.getoption(name, None)) or default
+def _choice(config, name: str, choices, default, *, ini: bool = True, cli: bool = True, hint: str = ""):
+    if not cli:
+        value = config.getini(name) or default
+    else:
+        value = (_option(config, name) if ini else config.getoption(name, None)) or default
     if value is not None and value not in choices:
-        where = f"--{name.replace('_', '-')}" + (f" (ini {name})" if ini else "")
-        raise pytest.UsageError(f"{where}: {value!r} is not one of {', '.join(choices)}")
+        where = (f"--{name.replace('_', '-')}" + (f" (ini {name})" if ini else "")) if cli else f"ini {name}"
+        raise pytest.UsageError(f"{where}: {value!r} is not one of {', '.join(choices)}{hint}")
     return value
+
+
+# A bare --causalab-update-baselines takes the next word as its value when it is not an option.
+UPDATE_HINT = (" (--causalab-update-baselines alone means failing; followed by a path it takes the "
+               "path as its value: write it after the paths, or as --causalab-update-baselines=failing)")
+
+
+def _update_hint(config) -> str:
+    """The hint when --causalab-update-baselines took a path that exists as its value."""
+    value = config.getoption("causalab_update_baselines", None)
+    if value in (None, *UPDATES):
+        return ""
+    try:
+        taken = (Path(config.invocation_params.dir) / str(value).split("::")[0]).exists()
+    except (OSError, ValueError):
+        taken = False
+    return UPDATE_HINT if taken else ""
 
 
 def _flag(config, name: str) -> bool:
@@ -106,12 +151,15 @@ def read_settings(config) -> Settings:
         batch_size=_number(config, "causalab_batch_size", int, 1),
         out=Path(out).resolve() if out else None,
         # Command line only: rewriting baselines is a decision for one run, not a setting.
-        update=_choice(config, "causalab_update_baselines", UPDATES, None, ini=False),
-        strict=_flag(config, "causalab_strict") or bool(os.environ.get("CI")),
+        update=_choice(config, "causalab_update_baselines", UPDATES, None, ini=False, hint=_update_hint(config)),
+        strict=_flag(config, "causalab_strict") or ci_is_set(os.environ.get("CI")),
         rtol=DEFAULT_RTOL if rtol is None else rtol,
         atol=DEFAULT_ATOL if atol is None else atol,
         baselines=_option(config, "causalab_baselines") or "baselines",
         summary=_flag(config, "causalab_summary"),
+        # Ini only: how a committed baseline file is stored is the repository's decision, not one run's.
+        baseline_mode=_choice(config, "causalab_baseline_mode", BASELINE_MODES, "rows", cli=False),
+        aggregates=tuple(g for line in config.getini("causalab_baseline_aggregates") for g in line.split()),
     )
 
 
@@ -144,6 +192,7 @@ class Session:
         self._models: dict[tuple, Any] = {}
         self._documents: dict[Path, Any] = {}
         self._points: dict[tuple, Any] = {}
+        self._experiments: dict[tuple, dict] = {}  # (path, point, engine) -> the canonical experiment run
         self._tmp: Optional[Path] = None
 
     # --- documents, models, plans ---------------------------------------------------------
@@ -207,7 +256,16 @@ class Session:
             single = doc.point(name) if name is not None else doc
         ran = causalab_mini.run(single, loaded=loaded, data=list(self.settings.data),
                                 out=self._out(doc.path, engine, shown), batch_size=pending.batch_size)
+        # What produced_by digests (the point's document without its header, defaults written out):
+        # a baseline stores it so a changed experiment can say which fields changed.
+        self._experiments[(doc.path, shown, engine)] = single.points[0].spec.canonical()
         return replace(ran.point(), document=doc.path, name=shown, coords=dict(valid.coords), engine=engine)
+
+    def experiment(self, path, name: Optional[str], engine: str) -> Optional[dict]:
+        """The canonical experiment a point ran (``Spec.canonical()``: no header, defaults written
+        out), a hook's changes included; None when it has not run in this session."""
+        doc = self.document(path)
+        return self._experiments.get((doc.path, point_name(doc.path, name), engine))
 
     def run(self, path, engine: Optional[str] = None) -> Run:
         """Every point of a document on one engine (default: the session's first), from the cache."""
