@@ -264,9 +264,10 @@ def test_a_whole_batch_is_one_event_and_reporting_still_hears_only_points(engine
 # --- the pytest summary: a two-axis sweep as a grid ----------------------------------------------
 
 @pytest.fixture
-def tester(layer_pos, pytester):
+def tester(layer_pos, pytester, monkeypatch):
     """The plugin's pytester, as tests/test_plugin.py sets it up. ``layer_pos`` has run the hooks
     engine in this process first: an in-process pytester run drops the modules it imported."""
+    monkeypatch.delenv("CI", raising=False)  # the suite itself may run under CI (strict baselines)
     pytester.makeini(f"""
         [pytest]
         addopts = -p no:cacheprovider
