@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from paths import REPO, V2
 
 import load_counter
 from model_cache import EngineCache, TransformersCache
@@ -59,3 +60,52 @@ def one_thread():
 def family_root(tmp_path_factory) -> Path:
     """One folder per session for the tiny family checkpoints ``families.build`` writes."""
     return tmp_path_factory.mktemp("families")
+
+
+# --- the plugin run through pytester ----------------------------------------------------------
+
+def write_plugin_ini(pytester, extra: str = "") -> None:
+    """The ini a plugin test runs under: no cache, the shipped models and data. ``extra`` adds
+    lines (``"causalab_baseline_mode = aggregates"``). Written unindented: makeini dedents."""
+    lines = ["[pytest]", "addopts = -p no:cacheprovider",
+             f"causalab_models = {REPO / 'documents' / 'models'}",
+             f"causalab_data = {REPO / 'documents' / 'data'}", *extra.strip().splitlines()]
+    pytester.makeini("\n".join(line.strip() for line in lines) + "\n")
+
+
+@pytest.fixture(scope="session")
+def warm(engines):
+    """Run one document on both engines through the public API, in this process, before any
+    pytester exists.
+
+    An in-process pytester run restores ``sys.modules`` when it ends. torch or a transformers
+    model module dropped that way and imported again breaks the process ("bad call flags", a
+    segfault); causalab_mini's own modules dropped that way come back as new classes, and a
+    ``Document`` made by one copy of ``causalab_mini.api`` is not an instance of the other's.
+    Imported here, they are part of every snapshot.
+    """
+    import importlib
+
+    import causalab_mini as cm
+
+    for module in ("causalab_mini.api", "causalab_mini.results", "causalab_mini.plots", "causalab_mini.tables"):
+        importlib.import_module(module)
+
+    path = V2 / "patching.causalab.json"
+    for engine in ("hooks", "nnterp"):
+        cm.run(path, loaded=engines(path, engine))
+
+
+@pytest.fixture
+def tester(warm, pytester, monkeypatch):
+    """pytester set up for the plugin: the ini above, and ``CI`` unset (the suite itself may run
+    under CI, where a missing baseline is strict)."""
+    monkeypatch.delenv("CI", raising=False)
+    write_plugin_ini(pytester)
+    return pytester
+
+
+@pytest.fixture
+def plugin_ini(tester):
+    """``plugin_ini(extra)``: rewrite the plugin test's ini with more lines."""
+    return lambda extra="": write_plugin_ini(tester, extra)

@@ -14,32 +14,11 @@ from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-from paths import REPO, V2
+from paths import V2
 
 pytest_plugins = ["pytester"]
 
 CORPUS = V2  # the corpus documents the tests copy and change
-
-
-@pytest.fixture(autouse=True)
-def _not_ci(monkeypatch):
-    monkeypatch.delenv("CI", raising=False)  # the suite itself may run under CI
-
-
-@pytest.fixture(scope="session")
-def warm():
-    """Run one document on both engines in this process before any pytester exists.
-
-    An in-process pytester run restores ``sys.modules`` when it ends, and torch or a
-    transformers model module dropped that way and imported again breaks the process
-    ("bad call flags", a segfault). Imported here, they are part of every snapshot.
-    """
-    from causalab_mini import documents, runner
-
-    path = CORPUS / "patching.causalab.json"
-    raw = documents.read(path)
-    for engine in ("hooks", "nnterp"):
-        runner.execute(raw, runner.load_engine(raw, engine=engine, document=path), document=path)
 
 
 @pytest.fixture(scope="session")
@@ -76,17 +55,6 @@ def g4(value: float) -> str:
 
 def mean(values) -> float:
     return sum(values) / len(values)
-
-
-@pytest.fixture
-def tester(warm, pytester):
-    pytester.makeini(f"""
-        [pytest]
-        addopts = -p no:cacheprovider
-        causalab_models = {REPO / "documents" / "models"}
-        causalab_data = {REPO / "documents" / "data"}
-    """)
-    return pytester
 
 
 def corpus(name: str) -> dict:

@@ -16,48 +16,9 @@ import statistics
 import stat
 
 import pytest
-from paths import DATA, REPO, V2
+from paths import DATA, V2
 
 pytest_plugins = ["pytester"]
-
-
-@pytest.fixture(autouse=True)
-def _not_ci(monkeypatch):
-    monkeypatch.delenv("CI", raising=False)  # the suite itself may run under CI
-
-
-@pytest.fixture(scope="session")
-def warm():
-    """Run one document on both engines in this process before any pytester exists.
-
-    An in-process pytester run restores ``sys.modules`` when it ends, and torch or a
-    transformers model module dropped that way and imported again breaks the process
-    ("bad call flags", a segfault). Imported here, they are part of every snapshot.
-    """
-    from causalab_mini import documents, runner
-
-    path = V2 / "patching.causalab.json"
-    raw = documents.read(path)
-    for engine in ("hooks", "nnterp"):
-        runner.execute(raw, runner.load_engine(raw, engine=engine, document=path), document=path)
-
-
-INI = """
-    [pytest]
-    addopts = -p no:cacheprovider
-    causalab_models = {models}
-    causalab_data = {data}
-"""
-
-
-def ini(tester, extra: str = "") -> None:
-    tester.makeini(INI.format(models=REPO / "documents" / "models", data=REPO / "documents" / "data") + extra)
-
-
-@pytest.fixture
-def tester(warm, pytester):
-    ini(pytester)
-    return pytester
 
 
 def corpus(name: str) -> dict:
@@ -269,10 +230,10 @@ def test_a_changed_experiment_names_its_changed_fields_and_a_v1_baseline_its_dig
 
 # --- aggregates mode ----------------------------------------------------------------------------
 
-def test_aggregates_mode_stores_mean_std_n_and_holds_the_mean_within_tolerance_and_n_exactly(tester):
+def test_aggregates_mode_stores_mean_std_n_and_holds_the_mean_within_tolerance_and_n_exactly(tester, plugin_ini):
     """``big`` matches the ini's aggregates glob, ``small`` does not; both are the same experiment,
     so big's aggregates are the statistics of small's stored rows."""
-    ini(tester, "    causalab_baseline_aggregates = big*.causalab.json\n")
+    plugin_ini("causalab_baseline_aggregates = big*.causalab.json")
     write(tester, "big", "patching")
     write(tester, "small", "patching")
     tester.runpytest().assert_outcomes(passed=2, warnings=2)
@@ -309,7 +270,7 @@ def test_aggregates_mode_stores_mean_std_n_and_holds_the_mean_within_tolerance_a
 
     # Every document in aggregates mode: small's rows baseline is checked by its aggregates and
     # left as it is; the bare update flag rewrites only big.
-    ini(tester, "    causalab_baseline_mode = aggregates\n")
+    plugin_ini("causalab_baseline_mode = aggregates")
     small_before = (tester.path / "baselines" / "small.json").read_bytes()
     result = tester.runpytest("--causalab-update-baselines")
     result.assert_outcomes(passed=2, warnings=1)
@@ -318,8 +279,8 @@ def test_aggregates_mode_stores_mean_std_n_and_holds_the_mean_within_tolerance_a
     assert (tester.path / "baselines" / "small.json").read_bytes() == small_before
 
 
-def test_a_bad_baseline_mode_is_a_usage_error(tester):
-    ini(tester, "    causalab_baseline_mode = sums\n")
+def test_a_bad_baseline_mode_is_a_usage_error(tester, plugin_ini):
+    plugin_ini("causalab_baseline_mode = sums")
     result = tester.runpytest("--collect-only")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*ini causalab_baseline_mode: 'sums' is not one of rows, aggregates*"])

@@ -14,7 +14,7 @@ import math
 import sys
 
 import pytest
-from paths import DATA, MODELS, REPO, V2
+from paths import DATA, MODELS, V2
 
 import causalab_mini as cm
 from causalab_mini import cli, tables
@@ -262,20 +262,6 @@ def test_a_whole_batch_is_one_event_and_reporting_still_hears_only_points(engine
 
 
 # --- the pytest summary: a two-axis sweep as a grid ----------------------------------------------
-
-@pytest.fixture
-def tester(layer_pos, pytester, monkeypatch):
-    """The plugin's pytester, as tests/test_plugin.py sets it up. ``layer_pos`` has run the hooks
-    engine in this process first: an in-process pytester run drops the modules it imported."""
-    monkeypatch.delenv("CI", raising=False)  # the suite itself may run under CI (strict baselines)
-    pytester.makeini(f"""
-        [pytest]
-        addopts = -p no:cacheprovider
-        causalab_models = {REPO / "documents" / "models"}
-        causalab_data = {REPO / "documents" / "data"}
-    """)
-    return pytester
-
 
 def _cells(line: str) -> list[str]:
     return line.split()
