@@ -15,9 +15,10 @@ The pipeline, one function a stage::
 Every refusal is a ``CausalabError`` (``DocumentError``, ``CompileError``, …) naming
 the document path of the field, what is wrong, and what to write instead.
 
-Besides these names, three modules are public: ``causalab_mini.vocab`` (the closed
+Besides these names, four modules are public: ``causalab_mini.vocab`` (the closed
 vocabularies: components, mechanisms, metrics, featurizer kinds, position forms),
-``causalab_mini.shapes`` (the position value types) and ``causalab_mini.errors``.
+``causalab_mini.shapes`` (the position value types), ``causalab_mini.errors`` and
+``causalab_mini.report`` (an HTML page of runs).
 
 Importing this package imports nothing but itself — each name loads its module when first
 used — and no stage before ``load`` imports torch: reading, validating and opening a run's
@@ -43,8 +44,11 @@ _HOME = {
     "write_atomic": ".files",
     "label": ".plan.sweep",
     "plot": ".plots",
+    **dict.fromkeys(("Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "number"), ".verdicts"),
 }
 _RENAMED = {"position_cut": (".ops.locate", "cut")}
+# Public modules, loaded as attributes on first use too (``cm.report.write(...)``).
+_MODULES = ("vocab", "shapes", "errors", "report")
 
 __all__ = [
     # the pipeline
@@ -52,6 +56,8 @@ __all__ = [
     "expectation", "write_atomic", "family_layout", "position_cut", "plot",
     # results
     "Run", "Point", "Result", "Grid",
+    # verdicts: results held to expectations and references
+    "Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "number",
     # documents
     "SUFFIX", "stem", "point_name", "label", "Expectation", "Comparison", "ENGINES", "LOCAL_ENGINES",
     # refusals
@@ -66,6 +72,8 @@ def __getattr__(name: str) -> Any:
         module, attr = _HOME[name], name
     elif name in _RENAMED:
         module, attr = _RENAMED[name]
+    elif name in _MODULES:
+        return importlib.import_module(f".{name}", __name__)
     else:
         raise AttributeError(f"module 'causalab_mini' has no attribute {name!r}")
     value = getattr(importlib.import_module(module, __name__), attr)

@@ -190,6 +190,16 @@ def _cmd_plot(args) -> int:
     return 0
 
 
+def _cmd_report(args) -> int:
+    from . import report
+
+    page = report.from_folders(args.directories)
+    path = report.write(page, args.output)
+    counts = ", ".join(f"{n} {outcome}" for outcome, n in page.counts().items()) or "no points"
+    print(f"{path.resolve()}\n{len(page.sections)} runs, {counts}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="causalab-mini", description=__doc__.splitlines()[0])
     verbs = top.add_subparsers(dest="verb", required=True)
@@ -266,6 +276,14 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="FILE", help=".png, .svg or .pdf (default "
                                                           "<document>-<result>.png here)")
     p.set_defaults(func=_cmd_plot)
+
+    p = verbs.add_parser("report", help="one self-contained HTML page of finished runs: per document its "
+                                        "description, points, means, figures, expectation verdicts and files")
+    p.add_argument("directories", nargs="+", metavar="OUT_DIR",
+                   help="a folder a run wrote, or a folder holding such folders (searched)")
+    p.add_argument("-o", "--output", metavar="FILE", default="causalab-report.html",
+                   help="the page to write (default causalab-report.html here)")
+    p.set_defaults(func=_cmd_report)
     return top
 
 

@@ -15,7 +15,7 @@ import pytest
 import causalab_mini
 from causalab_mini import CausalabError, HubUnreachable, MissingArtifact, Unsupported, label, point_name
 
-from . import baseline, report
+from . import baseline, page, report
 from .checks import Check, compare_rows, evaluate, number, render, tolerance
 from .session import session_of
 
@@ -163,6 +163,8 @@ class PointItem(pytest.Item):
             warnings.warn_explicit(BaselineWarning(note), None, str(self.path), 0)
         baseline.record(self, verdict)  # for the session's baseline report, xdist or not
         report.record(self, ran)
+        if settings.report is not None:
+            page.record(self, ran, checks, [*verdict.lines, *verdict.notes])
         failed = [c for c in checks if not c.ok]
         if failed:
             first = failed[0]

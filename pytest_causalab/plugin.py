@@ -14,7 +14,7 @@ pytest.register_assert_rewrite("pytest_causalab.asserts")
 
 from causalab_mini import SUFFIX  # noqa: E402
 
-from . import baseline, hookspecs, report  # noqa: E402
+from . import baseline, hookspecs, page, report  # noqa: E402
 from .items import DocumentFile, PointItem  # noqa: E402
 from .session import ENGINES, SESSION, UPDATES, Session, read_settings, session_of  # noqa: E402
 
@@ -41,6 +41,8 @@ def pytest_addoption(parser) -> None:
     option("causalab-batch-size", "rows per forward; default all", metavar="N")
     option("causalab-out", "where each point's files are written; default a pytest tmp dir",
            metavar="DIR")
+    option("causalab-report", "write an HTML report of the session to DIR/index.html (each point's files "
+           "go to DIR/runs unless --causalab-out says where)", metavar="DIR")
     option("causalab-baselines", "folder beside each document holding its baseline; default baselines",
            metavar="NAME")
     option("causalab-rtol", "relative tolerance against baselines and across engines; default 1e-4",
@@ -128,3 +130,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.write_sep("=", "causalab baselines")
         for line in lines:
             terminalreporter.write_line(line)
+    if state.settings.report is not None and not hasattr(config, "workerinput"):
+        errors = [r for r in terminalreporter.stats.get("error", ()) if getattr(r, "when", None) is None]
+        written = page.write(reports, errors, state, config)
+        terminalreporter.write_sep("=", "causalab report")
+        terminalreporter.write_line(str(written))

@@ -58,6 +58,7 @@ class Settings:
     summary: bool
     baseline_mode: str = "rows"  # rows | aggregates: how a document's baseline stores its results
     aggregates: tuple[str, ...] = ()  # globs of documents stored as aggregates whatever the mode
+    report: Optional[Path] = None  # the folder an HTML report of the session is written to
 
     def mode_for(self, document: Path, root: Path) -> str:
         """The baseline mode of one document: ``aggregates`` when a ``causalab_baseline_aggregates``
@@ -141,6 +142,12 @@ def _flag(config, name: str) -> bool:
 
 def read_settings(config) -> Settings:
     out = _option(config, "causalab_out")
+    report = _option(config, "causalab_report")
+    report = Path(report).resolve() if report else None
+    if report is not None and report.exists() and not report.is_dir():
+        raise pytest.UsageError(f"--causalab-report: {report} is a file; give a folder (the page is its index.html)")
+    if not out and report is not None:
+        out = report / "runs"  # the report links each point's files: keep them beside it, not in a tmp dir
     rtol = _number(config, "causalab_rtol", float, 0.0)
     atol = _number(config, "causalab_atol", float, 0.0)
     return Settings(
@@ -150,6 +157,7 @@ def read_settings(config) -> Settings:
         device_map=_option(config, "causalab_device_map") or "cpu",
         batch_size=_number(config, "causalab_batch_size", int, 1),
         out=Path(out).resolve() if out else None,
+        report=report,
         # Command line only: rewriting baselines is a decision for one run, not a setting.
         update=_choice(config, "causalab_update_baselines", UPDATES, None, ini=False, hint=_update_hint(config)),
         strict=_flag(config, "causalab_strict") or ci_is_set(os.environ.get("CI")),

@@ -39,7 +39,7 @@ from ..errors import PlanError
 from .choose import KINDS, Choice, choose
 from .style import DPI, FORMATS, METADATA, RC, matplotlib_or_refuse
 
-__all__ = ["plot", "save", "choose", "file_name", "Choice", "KINDS"]
+__all__ = ["plot", "save", "encode", "choose", "file_name", "Choice", "KINDS"]
 
 
 def plot(run, result: Optional[str] = None, *, x: Optional[str] = None, y: Optional[str] = None,
@@ -68,14 +68,18 @@ def save(fig, path) -> Path:
     """Write ``fig`` to ``path`` (the format by its suffix), the same bytes for the same figure."""
     from ..files import write_atomic
 
-    matplotlib = matplotlib_or_refuse()
     path = Path(path)
-    fmt = _format(path)
+    write_atomic(path, encode(fig, _format(path)))
+    return path
+
+
+def encode(fig, fmt: str = "png") -> bytes:
+    """``fig`` as the bytes of a ``png``, ``svg`` or ``pdf`` file: deterministic, as ``save`` writes."""
+    matplotlib = matplotlib_or_refuse()
     buffer = io.BytesIO()
     with matplotlib.rc_context(RC):
         fig.savefig(buffer, format=fmt, dpi=DPI, metadata=METADATA[fmt])
-    write_atomic(path, buffer.getvalue())
-    return path
+    return buffer.getvalue()
 
 
 def _format(path) -> Optional[str]:
