@@ -44,7 +44,7 @@ _HOME = {
     "write_atomic": ".files",
     "label": ".plan.sweep",
     "plot": ".plots",
-    **dict.fromkeys(("Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "number"), ".verdicts"),
+    **dict.fromkeys(("Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "number"), ".checks"),
 }
 _RENAMED = {"position_cut": (".ops.locate", "cut")}
 # Public modules, loaded as attributes on first use too (``cm.report.write(...)``).

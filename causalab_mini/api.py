@@ -207,9 +207,8 @@ def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as ru
                    else f"no {RUN}: not a run directory")
         raise PlanError(str(directory), problem, "open the folder a run wrote (the one holding run.json), "
                         "or run the document again")
-    record = json.loads((directory / RUN).read_text(encoding="utf-8"))
-    doc = read(json.loads((directory / "document.json").read_text(encoding="utf-8")),
-               path=directory / "document.json")
+    record = _json_file(directory / RUN)
+    doc = read(_json_file(directory / "document.json"), path=directory / "document.json")
     engine = runner.engine_name(record.get("engine"), remote=bool(record.get("remote")))
     swept = not (len(doc.points) == 1 and doc.points[0].name is None)
     pts = []
@@ -218,6 +217,18 @@ def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as ru
         name = p.name if swept else record.get("document") or directory.resolve().name
         pts.append(_opened_point(folder, name, p, engine))
     return Run(None, engine, pts, directory, record)
+
+
+def _json_file(path: Path):
+    """A run's own JSON file, or a refusal naming it: a damaged record is never half read."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise PlanError(str(path), f"cannot be read as a run's record ({err})",
+                        "run the document again into this folder") from None
+    if not isinstance(value, dict):
+        raise PlanError(str(path), "is not a JSON object, as a run's record is", "run the document again")
+    return value
 
 
 def _opened_point(folder: Path, name: str, valid, engine: str) -> Point:

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Iterable, Optional
 
-from ..errors import PlanError
+from ..errors import CausalabError, PlanError
 from .figures import figures
 from .model import FAILED, PASSED, RAN, Page, PointRow, Section
 
@@ -49,7 +49,7 @@ def document_facts(point) -> tuple[str, str]:
 
 def section_of(run, *, name: Optional[str] = None, source: Optional[str] = None) -> Section:
     """A run's section: every point with its means, expectation verdicts and files; its figures."""
-    from ..verdicts import verdicts
+    from ..checks import verdicts
 
     checks = verdicts(run) if run.points else []
     rows = [point_row(p, checks=[c for c in checks if c.point == p.name]) for p in run.points]
@@ -85,5 +85,10 @@ def from_folders(paths: Iterable, *, title: str = "causalab-mini report") -> Pag
     from ..api import open as open_run
 
     folders = run_folders(paths)
-    sections = [section_of(open_run(folder), source=str(folder)) for folder in folders]
+    sections = []
+    for folder in folders:
+        try:
+            sections.append(section_of(open_run(folder), source=str(folder)))
+        except CausalabError as err:  # a damaged run is shown as one, not left out in silence
+            sections.append(Section(folder.name, str(folder), notes=[f"not read: {err}"]))
     return Page(title, sections, subtitle=f"{len(folders)} run folder{'s' if len(folders) != 1 else ''}")

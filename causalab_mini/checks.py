@@ -1,4 +1,4 @@
-"""Verdicts: a run's results held to its document's expectations, to each other and to baselines.
+"""Checks: a run's results held to its document's expectations, to each other and to baselines.
 
 ``evaluate`` checks one point's results against expectations (their schema is the compiler's:
 ``Expectation``), passing checks included; ``verdicts`` does it for every point of a ``Run``;
