@@ -14,7 +14,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
-from causalab_mini import CausalabError, Check, Run, open as open_run, report, stem
+from causalab_mini import SUFFIX, CausalabError, Check, Run, open as open_run, report, stem
 
 from .baseline import STATUS
 from .report import COORDS, INDEX
@@ -37,7 +37,11 @@ def write(reports, errors, state, config) -> Path:
     for r in reports:
         document, _, name = r.nodeid.partition("::")
         by_document.setdefault(document, []).append((name, r))
-    sections = [_section(document, found, state, root) for document, found in sorted(by_document.items())]
+    documents = sorted(by_document)
+    stems = [stem(d) for d in documents]
+    # A document is called by its stem, as everywhere; two of one stem (protocol/ and v2/) by their paths.
+    names = [n if stems.count(n) == 1 else d.removesuffix(SUFFIX) for n, d in zip(stems, documents)]
+    sections = [_section(d, name, by_document[d], state, root) for d, name in zip(documents, names)]
     for r in errors:
         sections.append(report.Section(r.nodeid or "collection", source=r.nodeid, notes=[_message(r)]))
     engine = state.settings.engine
@@ -46,18 +50,18 @@ def write(reports, errors, state, config) -> Path:
     return report.write(page, state.settings.report / "index.html")
 
 
-def _section(document: str, found: list, state, root: Path):
+def _section(document: str, name: str, found: list, state, root: Path):
     path = root / document
     order = _point_order(path, state)
     found.sort(key=lambda nr: (order.get(nr[0], len(order)), _index(nr[1])))
     rows, points = [], []
-    for name, r in found:
-        row, point = _row(name, r)
+    for point_name, r in found:
+        row, point = _row(point_name, r)
         rows.append(row)
         if point is not None:
             points.append(point)
     run = Run(path, state.settings.engines[0], points, record={"document": stem(path)})
-    section = report.section_of(run, name=stem(path), source=document)
+    section = report.section_of(run, name=name, source=document)
     section.points, section.engine = rows, state.settings.engine
     if not points:
         section.description, section.model = _document_facts(path, state)

@@ -264,3 +264,12 @@ def test_pytest_writes_the_page_with_outcomes_drift_and_skips(tester, runs):
     assert [r["data-outcome"] for r in parsed.rows] == ["failed"]
     text = (tester.path / "rep" / "index.html").read_text(encoding="utf-8")
     assert 'class="drift" data-point="single"' in text and "iia" in text
+
+
+def test_two_documents_of_one_name_get_their_own_anchors():
+    page = report.Page("t", [report.Section("pos_sweep", source="protocol/pos_sweep.causalab.json"),
+                             report.Section("pos_sweep", source="v2/pos_sweep.causalab.json")])
+    parsed = Page(report.render(page))
+    ids = [s["id"] for s in parsed.sections]
+    assert len(set(ids)) == 2
+    assert [href[1:] for href in parsed.links] == ids

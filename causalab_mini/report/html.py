@@ -44,6 +44,7 @@ figure { margin: 0; } figure img { max-width: 520px; height: auto; border: 1px s
 figcaption { color: #5b6475; font-size: 12px; max-width: 520px; }
 pre { background: #f3f4f7; padding: 8px; overflow-x: auto; font-size: 12px; white-space: pre-wrap; }
 .files a { margin-right: 8px; }
+.scroll { overflow-x: auto; }
 .note { color: #7a5b00; }
 """
 
@@ -58,7 +59,7 @@ def render(page: Page, *, at: Optional[Path] = None) -> str:
             f'<p class="subtitle">{escape(page.subtitle)}</p>' if page.subtitle else "",
             f'<p class="totals">{len(page.sections)} documents, {sum(counts.values())} points: {totals}</p>',
             _index(page), "</header><main>"]
-    body += [_section(s, at) for s in page.sections]
+    body += [_section(s, at, anchor) for s, anchor in zip(page.sections, anchors(page))]
     body.append("</main>")
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             f"<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
@@ -66,11 +67,22 @@ def render(page: Page, *, at: Optional[Path] = None) -> str:
             + "\n".join(part for part in body if part) + "\n</body></html>\n")
 
 
+def anchors(page: Page) -> list[str]:
+    """Each section's id in the page: ``Section.anchor``, made unique with -2, -3, … where two
+    documents share a name."""
+    seen: dict = {}
+    out = []
+    for s in page.sections:
+        seen[s.anchor] = seen.get(s.anchor, 0) + 1
+        out.append(s.anchor if seen[s.anchor] == 1 else f"{s.anchor}-{seen[s.anchor]}")
+    return out
+
+
 def _index(page: Page) -> str:
     rows = []
-    for s in page.sections:
+    for s, anchor in zip(page.sections, anchors(page)):
         n = len(s.points)
-        rows.append(f'<tr><td><a href="#{s.anchor}">{escape(s.name)}</a></td>'
+        rows.append(f'<tr><td><a href="#{anchor}">{escape(s.name)}</a></td>'
                     f'<td><span class="badge {s.outcome}">{s.outcome}</span></td>'
                     f'<td class="number">{n} point{"s" if n != 1 else ""}</td>'
                     f'<td>{len(s.figures)} figure{"s" if len(s.figures) != 1 else ""}</td></tr>')
@@ -78,10 +90,10 @@ def _index(page: Page) -> str:
             "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>")
 
 
-def _section(s: Section, at: Optional[Path]) -> str:
+def _section(s: Section, at: Optional[Path], anchor: str) -> str:
     where = " · ".join(escape(x) for x in (s.source or "", f"model {s.model}" if s.model else "",
                                              f"engine {s.engine}" if s.engine else "") if x)
-    parts = [f'<section class="document" id="{s.anchor}" data-document="{escape(s.name)}" '
+    parts = [f'<section class="document" id="{anchor}" data-document="{escape(s.name)}" '
              f'data-outcome="{s.outcome}">',
              f'<h2>{escape(s.name)} <span class="badge {s.outcome}">{s.outcome}</span></h2>',
              f'<p class="source">{where}</p>' if where else "",
@@ -121,8 +133,8 @@ def _points(s: Section, at: Optional[Path]) -> str:
                     f"<td>{escape(p.name)}</td>"
                     f'<td><span class="badge {p.outcome}">{p.outcome}</span></td>{cells}'
                     f"<td>{escape(p.baseline or '')}</td><td class=\"files\">{_files(p, at)}</td></tr>")
-    return (f'<table class="points"><thead><tr><th>point</th><th>outcome</th>{head}<th>baseline</th>'
-            f"<th>files</th></tr></thead><tbody>{''.join(rows)}</tbody></table>")
+    return (f'<div class="scroll"><table class="points"><thead><tr><th>point</th><th>outcome</th>{head}'
+            f"<th>baseline</th><th>files</th></tr></thead><tbody>{''.join(rows)}</tbody></table></div>")
 
 
 def _mean(p: PointRow, result: str) -> str:
@@ -171,9 +183,9 @@ def _checks(s: Section) -> str:
         f"<td>{escape(c.aggregate)}</td><td>{escape(c.expected)}</td><td class=\"number\">{number(c.got)}</td>"
         f'<td class="{"passed" if c.ok else "failed"}">{"pass" if c.ok else "fail"}</td>'
         f"<td>{escape(c.note)}</td></tr>" for _, c in checks)
-    return (f"<h3>Checks: {verdict}</h3><table class=\"checks\"><thead><tr><th>point</th><th>result</th>"
-            "<th>aggregate</th><th>expected</th><th>got</th><th>verdict</th><th>note</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>")
+    return (f"<h3>Checks: {verdict}</h3><div class=\"scroll\"><table class=\"checks\"><thead><tr><th>point</th>"
+            "<th>result</th><th>aggregate</th><th>expected</th><th>got</th><th>verdict</th><th>note</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></div>")
 
 
 def _drift(s: Section) -> str:
