@@ -273,3 +273,18 @@ def test_two_documents_of_one_name_get_their_own_anchors():
     ids = [s["id"] for s in parsed.sections]
     assert len(set(ids)) == 2
     assert [href[1:] for href in parsed.links] == ids
+
+
+def test_under_xdist_the_controller_writes_the_page_from_the_workers_points(tester):
+    _write(tester, "grid", LAYER_POS)
+    _write(tester, "single", PATCHING)
+    result = tester.runpytest_subprocess("-n", "2", "--causalab-engine=hooks", "--causalab-report=rep")
+    result.assert_outcomes(passed=7)
+    parsed = Page((tester.path / "rep" / "index.html").read_text(encoding="utf-8"))
+    names = [p.name for p in cm.read(LAYER_POS).points]
+    assert [r["data-point"] for r in parsed.rows] == [*names, "single"]  # the documents' order, not the workers'
+    for cell in parsed.means:
+        document = "single" if cell["point"] == "single" else "grid"
+        folder = tester.path / "rep" / "runs" / document / "hooks" / cell["point"]
+        assert float(cell["value"]) == cm.open(folder).point().result(cell["result"]).mean()
+    assert len(parsed.means) == 2 * 7 and len(parsed.images) == 3
