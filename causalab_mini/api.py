@@ -92,15 +92,18 @@ def points(document: Union[PathLike, dict, Document]) -> tuple:
 
 
 def compile(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, models=None,
-            data=None, trust_remote_code: bool = False):
+            data=None, trust_remote_code: bool = False, share: bool = True):
     """The plan tree, compiled for ``engine`` against the model's config and tokenizer (never its
     weights) — or against ``loaded``, an engine from ``load``, which answers for its model. Every
-    refusal that needs the model or the data happens here, before any compute."""
+    refusal that needs the model or the data happens here, before any compute. ``share``: a
+    forward several sweep points run identically runs once, ahead of them (a ``shared`` step);
+    False gives every point its own (the same numbers, more forwards)."""
     doc = read(document)
     if loaded is None:
         runner.engine_class(engine)  # an unknown name is refused before the model is looked up
     return documents.compile_plan(doc.raw, document=doc.path, models=models, data=data, engine=engine,
-                                  facts=loaded, trust_remote_code=trust_remote_code, valid=list(doc.points))
+                                  facts=loaded, trust_remote_code=trust_remote_code, valid=list(doc.points),
+                                  share=share)
 
 
 def expectation(raw: dict, *, where: str = "expect") -> Expectation:
@@ -144,13 +147,14 @@ def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", m
 
 def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, out=None,
         batch_size: Optional[int] = None, models=None, data=None, device_map: str = "cpu",
-        trust_remote_code: bool = False) -> Run:
+        trust_remote_code: bool = False, share: bool = True) -> Run:
     """Run every point of the document and return them as a ``Run``.
 
     ``loaded``: an engine from ``load`` (its model reused; ``engine`` is then its name).
     ``out``: a directory to commit the run into, laid out as ``causalab-mini run`` lays it out
     (``open(out)`` reads it back). Everything that can refuse the run does so before the load
-    (the document, ``out``, ``batch_size``) or before the first forward (the compile)."""
+    (the document, ``out``, ``batch_size``) or before the first forward (the compile).
+    ``share``: as ``compile``'s (a P-point patching sweep runs P + 1 forwards, not 2P)."""
     from .plan.write import check_out, check_targets, planned_files, write
 
     doc = read(document)
@@ -166,7 +170,7 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
                       trust_remote_code=trust_remote_code)
     else:
         engine = loaded.name
-    plan = compile(doc, loaded=loaded, data=data)
+    plan = compile(doc, loaded=loaded, data=data, share=share)
     if out is not None:
         check_targets(out, planned_files(plan))
     # "ndif" is the nnterp engine with the session sent to NDIF: the only difference between

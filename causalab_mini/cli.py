@@ -69,7 +69,7 @@ def _cmd_explain(args) -> int:
         facts = documents.model_facts(documents.points(raw)[0].spec, Path(doc), args.models,
                                       trust_remote_code=args.trust_remote_code)
         plan = documents.compile_plan(raw, document=Path(doc), models=args.models, data=args.data,
-                                      engine=args.engine, facts=facts)
+                                      engine=args.engine, facts=facts, share=not args.no_share)
         if args.json:
             print(json.dumps(plan_json(plan), indent=1))
         else:
@@ -149,7 +149,7 @@ def _cmd_run(args) -> int:
         with listening(watch):
             ran = api.run(args.document, engine=args.engine, out=args.out, batch_size=args.batch_size,
                           models=args.models, data=args.data, device_map=args.device_map,
-                          trust_remote_code=args.trust_remote_code)
+                          trust_remote_code=args.trust_remote_code, share=not args.no_share)
     except CausalabError as err:
         raise watch.refusal(err, args.out) from None
     finally:
@@ -200,6 +200,10 @@ def _cmd_report(args) -> int:
     return 0
 
 
+NO_SHARE = ("give every sweep point its own forwards (by default a forward several points run identically, "
+            "like the counterfactual pass of a patching sweep, runs once for all of them: the same numbers)")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="causalab-mini", description=__doc__.splitlines()[0])
     verbs = top.add_subparsers(dest="verb", required=True)
@@ -234,6 +238,7 @@ def parser() -> argparse.ArgumentParser:
                    help="show rows as tokens, where each read and write lands, and each answer's scored token")
     p.add_argument("--rows", type=int, default=3, metavar="N", help="rows shown per forward with --tokens "
                                                                     "(default 3)")
+    p.add_argument("--no-share", action="store_true", help=NO_SHARE)
     _paths_options(p)
     p.set_defaults(func=_cmd_explain)
 
@@ -250,6 +255,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--trust-remote-code", action="store_true",
                    help="load a model whose directory or repository ships code of its own (runs that code)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--no-share", action="store_true", help=NO_SHARE)
     _paths_options(p)
     p.set_defaults(func=_cmd_run)
 

@@ -112,14 +112,16 @@ def model_facts(spec, document: Optional[Path], models=None, *, check_revision: 
 
 def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, data=None,
                  engine: str = "nnterp", facts=None, trust_remote_code: bool = False,
-                 valid: Optional[list] = None):
+                 valid: Optional[list] = None, share: bool = True):
     """The document's plan tree, compiled against the model's config and tokenizer.
 
     ``facts``: a loaded engine, which answers the compile-time questions itself (with its own
     refusals; its name is then the engine compiled for), or ``ModelFacts``; None reads the
     model's config and tokenizer (never its weights).
     ``valid``: the document's points as ``points(raw)`` gave them, when the caller already has
-    them, so a document is lowered and validated once."""
+    them, so a document is lowered and validated once.
+    ``share``: run the forwards several sweep points run identically once, ahead of them
+    (``plan/share.py``); False compiles every point to run its own."""
     from . import data as data_mod
     from .plan.build import Context, build
 
@@ -132,5 +134,5 @@ def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, dat
         engine = getattr(facts, "name", engine)
     ctx = Context(facts=facts, data_roots=data_mod.data_roots(data, document),
                   document_dir=(Path(document).resolve().parent if document else Path.cwd()),
-                  engine=engine)
+                  engine=engine, share=share)
     return build(raw, valid, ctx)

@@ -239,6 +239,25 @@ def test_result_on_an_unswept_run(patching):
     assert set(only.results()) == {"iia", "logit_diff"}
 
 
+def test_point_prompt_is_the_rows_base_text_in_the_dataset_file(patching, sweep):
+    """``Point.prompt`` gives each row's base input as the dataset file spells it (the file read
+    here, the role's field and dataset taken from the document); None for an id or a step the
+    point has not, and for a point opened from disk."""
+    raw = json.loads(PATCHING.read_text())
+    field = raw["roles"]["base"]["field"]
+    (step, spec), = raw["steps"].items()
+    rows = jsonl(DATA / f"{spec['rows']['base']}.jsonl")
+    point = patching.point()
+    ids = point.result("iia").example_ids
+    assert len(ids) == len(rows) > 1
+    for example_id, row in zip(ids, rows):
+        assert point.prompt(example_id) == point.prompt(example_id, step=step) == row[field]
+    assert point.prompt("no such row") is None
+    assert point.prompt(ids[0], step="no such step") is None
+    opened = cm.open(sweep.out).points[0]
+    assert opened.prompt(opened.result("iia").example_ids[0]) is None
+
+
 def test_table_is_every_points_rows_with_coordinates(sweep):
     table = sweep.table("iia")
     rows = jsonl(DATA / "weekdays_full" / "train.jsonl")
@@ -586,9 +605,11 @@ def test_one_point_alone_gives_that_points_rows(engine, sweep):
         assert alone.result(metric).rows == sweep.point(layers=0, pos=-4).result(metric).rows
 
 
-def test_compile_is_one_child_per_point():
+def test_compile_is_one_child_per_point_after_the_forward_they_share():
     plan = cm.compile(cm.read(LAYER_POS), engine="hooks")
-    assert list(plan.steps) == NAMES
+    assert list(plan.steps) == ["shared", *NAMES]
+    assert [p.name for p in plan.points] == NAMES
+    assert list(cm.compile(cm.read(LAYER_POS), engine="hooks", share=False).steps) == NAMES
 
 
 # --- 9. refusals before the load -------------------------------------------------------------------

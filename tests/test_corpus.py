@@ -66,7 +66,9 @@ def _featurizer_files(raw: dict, path: Path) -> list[Path]:
 
 @lru_cache(maxsize=None)
 def _compiled(path: Path) -> Plan:
-    return documents.compile_plan(documents.read(path), document=path)
+    """The plan with every point running its own forwards (``share=False``): each point as it
+    would run alone. tests/test_share.py holds the shared plans to these."""
+    return documents.compile_plan(documents.read(path), document=path, share=False)
 
 
 def _ops(forward) -> list[tuple[str, str]]:

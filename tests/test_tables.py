@@ -237,8 +237,12 @@ def test_every_batch_is_announced_and_the_rows_add_up(neurons):
     _, ran, events = neurons
     assert len(ran.points) == 3
     first, *rest = events
-    assert (first.kind, first.done, first.total) == ("run", 0, 3 * 4)
-    at = 0
+    # The counterfactual pass the three points share runs once, first (4 rows, one a batch);
+    # then each point's own pass.
+    assert (first.kind, first.done, first.total) == ("run", 0, 4 + 3 * 4)
+    assert [(b.kind, b.name, b.rows, b.done, b.total) for b in rest[:4]] == \
+        [("batch", "shared", 1, k, 4) for k in (1, 2, 3, 4)]
+    at = 4
     for i, point in enumerate(ran.points):
         start, *batches, done = rest[at:at + 6]
         at += 6
@@ -257,7 +261,7 @@ def test_a_whole_batch_is_one_event_and_reporting_still_hears_only_points(engine
     with progress.listening(events.append), progress.reporting(lambda *a: heard.append(a)):
         ran = cm.run(NEURONS, loaded=engines(NEURONS, "hooks"), batch_size=3)
     batches = [(e.rows, e.done, e.total) for e in events if e.kind == "batch"]
-    assert batches == [(3, 3, 4), (1, 4, 4)] * 3
+    assert batches == [(3, 3, 4), (1, 4, 4)] * 4  # the shared pass, then each point's
     assert heard == [(p.name, i + 1, 3) for i, p in enumerate(ran.points)]
 
 

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import EngineError
 from ..ops import intervene, locate, metrics as metric_ops, reduce
-from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Weights, WriteOp
+from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Shared, Weights, WriteOp
 from . import fit as fitting
 from . import progress
 
@@ -34,11 +34,26 @@ class Published:
 
 
 @dataclass
+class Lent:
+    """A shared forward's read, as the points that borrow it take it: the op (its position spec),
+    its value over every row, its window per row, and its positions record (None if not recorded)."""
+
+    op: object
+    value: Published
+    window: tuple
+    ragged: bool
+    record: Optional[dict]
+
+
+@dataclass
 class State:
-    """The walk's locals: published outputs and live featurizers. Never saved, never shipped."""
+    """The walk's locals: published outputs, live featurizers, the shared forwards' reads (and the
+    points still to borrow each). Never saved, never shipped."""
 
     outputs: dict = field(default_factory=dict)
     featurizers: dict = field(default_factory=dict)
+    shared: dict = field(default_factory=dict)  # shared read name -> Lent
+    borrowers: dict = field(default_factory=dict)  # shared read name -> points yet to run that borrow it
 
 
 def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State] = None):
@@ -52,13 +67,18 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
     if isinstance(step, Plan):
         points = [n for n, c in step.steps.items() if isinstance(c, Plan)]
         for name, child in step.steps.items():
+            if isinstance(child, Shared):
+                with torch.no_grad():
+                    lend(engine, child, state, batch_size=batch_size)
+                continue
             # A nested plan (a sweep point) gets its own outputs and the same featurizers,
-            # so points cannot see each other's published values.
-            sub = State(featurizers=state.featurizers) if isinstance(child, Plan) else state
+            # so points cannot see each other's published values; the shared reads it borrows.
+            sub = State(featurizers=state.featurizers, shared=state.shared) if isinstance(child, Plan) else state
             if isinstance(child, Plan):
                 progress.announce_point(name, points.index(name), len(points))
             run(engine, child, batch_size=batch_size, state=sub)
             if isinstance(child, Plan):
+                release(state, name)
                 progress.announce(name, points.index(name) + 1, len(points))
         return step
     if isinstance(step, Observe):
@@ -79,13 +99,36 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
     raise TypeError(f"unknown step {type(step).__name__}")
 
 
+def lend(engine, step: Shared, state: State, *, batch_size: Optional[int] = None) -> None:
+    """Run the shared forwards once, each window by window as a point's would be, and keep every
+    read for the points that borrow it (``release`` frees a read after its last borrower)."""
+    for forward in step.forwards:
+        (resolved,), positions = resolve(engine, (forward,), anchored=step.record)
+        values = _run_forwards(engine, (resolved,), State(), forward.rows, batch_size, step.name)
+        for name, window, ragged in resolved.windows:
+            op = next(r for r in resolved.reads if r.name == name)
+            counts = tuple(len(w) for w in window) if ragged else None
+            state.shared[name] = Lent(op, Published(values[name], per_row=True, counts=counts), window, ragged,
+                                      positions.get(name) if positions is not None else None)
+    state.borrowers.update((name, set(points)) for name, points in step.users)
+
+
+def release(state: State, point: str) -> None:
+    """``point`` has run: free every shared read no point still to run borrows."""
+    for name in [n for n, waiting in state.borrowers.items() if point in waiting]:
+        state.borrowers[name].discard(point)
+        if not state.borrowers[name]:
+            del state.borrowers[name]
+            state.shared.pop(name, None)
+
+
 def rows_in(step) -> int:
     """The rows a walk of ``step`` pushes through its passes, each pass's rows counted once
     (not once per forward): the total a progress bar counts ``"batch"`` events against. A fit
     counts every epoch's updates and held-out pass; one that stops early pushes fewer."""
     if isinstance(step, Plan):
         return sum(rows_in(child) for child in step.steps.values())
-    if isinstance(step, Observe):
+    if isinstance(step, (Observe, Shared)):
         return step.rows
     if isinstance(step, Fit):
         held_out = step.evaluation.rows if step.evaluation is not None else 0
@@ -106,7 +149,8 @@ def _ops(forward: Forward):
     return (*forward.writes, *forward.reads)
 
 
-def resolve(engine, forwards: tuple[Forward, ...]) -> tuple[tuple[Forward, ...], Optional[dict]]:
+def resolve(engine, forwards: tuple[Forward, ...], *, anchored: Optional[bool] = None,
+            lent: Optional[dict] = None) -> tuple[tuple[Forward, ...], Optional[dict]]:
     """Every op's window per row, resolved against the engine's tokenizer; and where they acted.
 
     A pass whose every position is fixed by the document (a bare index, span, last
@@ -117,7 +161,8 @@ def resolve(engine, forwards: tuple[Forward, ...]) -> tuple[tuple[Forward, ...],
     """
     tok = engine.tokenizer
     prefix = len(locate.special_prefix(tok))
-    anchored = any(not op.where.fixed for f in forwards for op in _ops(f))
+    if anchored is None:
+        anchored = any(not op.where.fixed for f in forwards for op in _ops(f))
     record: Optional[dict] = {} if anchored else None
     resolved = []
     for f in forwards:
@@ -144,7 +189,7 @@ def resolve(engine, forwards: tuple[Forward, ...]) -> tuple[tuple[Forward, ...],
         entries = [(op.name, found[op.name][0], op.where.ragged) if op.where.frame == "prompt"
                    else (op.name, (), op.where.ragged) for op in _ops(f)]
         resolved.append(replace(f, windows=tuple(entries)))
-    _check_operands(tuple(resolved))
+    _check_operands(tuple(resolved), lent or {})
     return tuple(resolved), record
 
 
@@ -178,9 +223,11 @@ def _check_rows(op, forward: Forward, spans, windows, reasons) -> None:
                           f"{WRITE_SKIP}", REASON_FIXES)
 
 
-def _check_operands(forwards: tuple[Forward, ...]) -> None:
-    """A write's operand read must hold, on every row, as many positions as the write acts on."""
-    windows = {name: w for f in forwards for name, w, _ in f.windows}
+def _check_operands(forwards: tuple[Forward, ...], lent: dict) -> None:
+    """A write's operand read must hold, on every row, as many positions as the write acts on.
+    ``lent``: reads borrowed from a shared forward, by this pass's names for them."""
+    windows = {name: borrowed.window for name, borrowed in lent.items()}
+    windows.update((name, w) for f in forwards for name, w, _ in f.windows)
     for f in forwards:
         for w in f.writes:
             if w.operand is None or w.operand.kind != "read" or w.operand.value not in windows:
@@ -260,14 +307,17 @@ def _slice_published(p: Published, a: int, b: int) -> torch.Tensor:
 
 
 def _run_forwards(engine, forwards: tuple[Forward, ...], state: State, rows: int,
-                  batch_size: Optional[int], pass_name: str = "") -> dict:
+                  batch_size: Optional[int], pass_name: str = "", lent: Optional[dict] = None) -> dict:
     """Every forward in schedule order, window by window; reads concatenated back in row order.
-    Each window, once through every forward, is announced as a ``"batch"`` of ``pass_name``."""
+    Each window, once through every forward, is announced as a ``"batch"`` of ``pass_name``.
+    ``lent``: reads borrowed from a shared forward (this pass's name -> Lent), given to each
+    window's forwards as if this pass had read them."""
     size = batch_size or rows
     pieces: dict[str, list] = {}
+    given = {**state.outputs, **{name: borrowed.value for name, borrowed in (lent or {}).items()}}
     for a in range(0, rows, size):
         b = min(rows, a + size)
-        values = {name: _slice_published(p, a, b) for name, p in state.outputs.items()}
+        values = {name: _slice_published(p, a, b) for name, p in given.items()}
         published = set(values)
         for f in forwards:
             engine.forward(_slice_forward(f, a, b) if size < rows else f, values, state.featurizers)
@@ -283,9 +333,16 @@ def _run_forwards(engine, forwards: tuple[Forward, ...], state: State, rows: int
 def observe(engine, obs: Observe, state: State, *, batch_size: Optional[int] = None,
             live: bool = False) -> dict:
     """One pass: forwards in order, then metrics and outputs. Returns the metrics live (for a fit)."""
-    forwards, positions = resolve(engine, obs.forwards)
-    values = _run_forwards(engine, forwards, state, obs.rows, batch_size, obs.name)
-    windows = {name: (w, r) for f in forwards for name, w, r in f.windows}
+    lent = {mine: state.shared[theirs] for mine, theirs in obs.borrowed}
+    anchored = any(not op.where.fixed for op in (*(b.op for b in lent.values()),
+                                                  *(op for f in obs.forwards for op in _ops(f))))
+    forwards, positions = resolve(engine, obs.forwards, anchored=anchored, lent=lent)
+    if positions is not None:  # the borrowed reads first, where their forward ran before
+        positions = {**{mine: b.record for mine, b in lent.items()}, **positions}
+    values = _run_forwards(engine, forwards, state, obs.rows, batch_size, obs.name, lent)
+    values = {**{mine: b.value.value for mine, b in lent.items()}, **values}
+    windows = {mine: (b.window, b.ragged) for mine, b in lent.items()}
+    windows.update((name, (w, r)) for f in forwards for name, w, r in f.windows)
     for f in forwards:
         if f.decode:
             place_continuation(engine, f, values, windows, positions)

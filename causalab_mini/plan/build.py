@@ -24,6 +24,7 @@ from .rules import ORIGINAL
 from .spec import FitStep, ObserveStep, Ref, Spec, WeightsStep
 from .tokens import Tokenized, answer_tokens, tokenize_rows
 from .featurizer_files import bundle_header, space_width
+from .share import share
 
 BUFFER_BOUND = 256 * 2**20  # bytes a stacked continuation read may hold (rows × decode × width × 4)
 
@@ -36,6 +37,7 @@ class Context:
     data_roots: list
     document_dir: Path
     engine: str = "nnterp"
+    share: bool = True  # run the forwards sweep points share once (share.py); False: each point its own
 
 
 def build(raw: dict, points, ctx: Context) -> Plan:
@@ -48,7 +50,8 @@ def build(raw: dict, points, ctx: Context) -> Plan:
     children = {point.name: compile_point(point.spec, ctx, name=point.name, document=point.document,
                                           coords=point.coords)
                  for point in points}
-    return Plan(name="<root>", steps=children, document=raw, produced_by=None)
+    root = Plan(name="<root>", steps=children, document=raw, produced_by=None)
+    return share(root) if ctx.share else root
 
 
 def compile_point(spec: Spec, ctx: Context, *, name: str, document: dict, coords=()) -> Plan:
@@ -326,7 +329,7 @@ class _PointCompiler:
         self._check_context(ipath, iv, role, loaded[role], rows, tokens)
         return Forward(model=model, input=role, dataset=loaded[role].ref, ids=tokens.ids,
                        mask=tokens.mask, sample=tokens.sample, texts=tokens.texts,
-                       segments=tokens.segments, decode=iv.decode, taps=_taps(ops))
+                       segments=tokens.segments, decode=iv.decode, taps=group_taps(ops))
 
     def _check_context(self, ipath: str, iv, role: str, ds, rows, tokens: Tokenized) -> None:
         """Prompt and continuation must fit the positions the model was built for: past them a
@@ -477,7 +480,7 @@ def _check_pattern_alignment(path: str, source: Forward, target: Forward) -> Non
                            "pair prompts of the same token length")
 
 
-def _taps(ops: list) -> tuple[Tap, ...]:
+def group_taps(ops: list) -> tuple[Tap, ...]:
     """Ops grouped by address, in forward order; at one site the writes go before the reads."""
     grouped: dict[Address, list] = {}
     for op in ops:

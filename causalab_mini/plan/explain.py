@@ -5,7 +5,7 @@ import os
 from typing import Any
 
 from . import show_tokens
-from .plan import Featurizers, Fit, Forward, Observe, Plan, ReadOp, Weights
+from .plan import Featurizers, Fit, Forward, Observe, Plan, ReadOp, Shared, Weights
 
 
 def _at(op) -> str:
@@ -46,6 +46,7 @@ def _observe_lines(name: str, obs: Observe, indent: str, show=None) -> list[str]
     if obs.saves:
         head += f"  saves={[s.file_path for s in obs.saves]}"
     lines = [head]
+    lines += [f"{indent}    borrow {mine!r} = shared read {theirs!r}" for mine, theirs in obs.borrowed]
     for f in obs.forwards:
         lines += _forward_lines(f, indent + "    ", show)
     for m in obs.metrics:
@@ -71,6 +72,13 @@ def _step_lines(name: str, step: Any, indent: str, show=None) -> list[str]:
         return lines
     if isinstance(step, Observe):
         return _observe_lines(name, step, indent, show)
+    if isinstance(step, Shared):
+        users = {p for _, points in step.users for p in points}
+        lines = [f"{indent}{name}: Shared  {len(step.forwards)} forward{'s' if len(step.forwards) != 1 else ''} "
+                 f"run once for {len(users)} points, which borrow their reads"]
+        for f in step.forwards:
+            lines += _forward_lines(f, indent + "    ", show)
+        return lines
     if isinstance(step, Featurizers):
         lines = [f"{indent}{name}: Featurizers"]
         for s in step.specs:
@@ -127,20 +135,25 @@ def _op_json(op) -> dict:
     return out
 
 
+def _forward_json(f: Forward) -> dict:
+    return {"model": f.model, "input": f.input, "rows": f.rows, "tokens": f.tokens, "decode": f.decode,
+            "ops": [_op_json(op) for t in f.taps for op in (*t.writes, *t.reads)]}
+
+
 def plan_json(step: Any) -> dict:
     """A JSON view of the plan tree for programs (ids and per-row data left out)."""
     if isinstance(step, Plan):
         return {"kind": "plan", "name": step.name, "produced_by": step.produced_by,
                 "steps": {n: plan_json(s) for n, s in step.steps.items()}}
+    if isinstance(step, Shared):
+        return {"kind": "shared", "forwards": [_forward_json(f) for f in step.forwards],
+                "users": {name: list(points) for name, points in step.users}}
     if isinstance(step, Observe):
-        return {"kind": "observe", "rows": step.rows,
+        return {"kind": "observe", "rows": step.rows, "borrowed": dict(step.borrowed),
                 "metrics": [{"name": m.name, "kind": m.kind, "of": m.of, "unit": m.unit} for m in step.metrics],
                 "outputs": [o.spelling() for o in step.outputs],
                 "saves": [s.file_path for s in step.saves],
-                "forwards": [{"model": f.model, "input": f.input, "rows": f.rows, "tokens": f.tokens,
-                              "decode": f.decode,
-                              "ops": [_op_json(op) for t in f.taps for op in (*t.writes, *t.reads)]}
-                             for f in step.forwards]}
+                "forwards": [_forward_json(f) for f in step.forwards]}
     if isinstance(step, Featurizers):
         return {"kind": "featurizers", "specs": [
             {"name": s.name, "kind": s.kind, "address": s.address.spelling(), "d": s.d, "k": s.k,

@@ -199,12 +199,36 @@ class Observe:
     example_ids: tuple[str, ...]
     produced_by: str
     results: dict = field(default_factory=dict, compare=False)
+    # Reads this pass takes from the root plan's Shared step instead of running their forward:
+    # (this pass's name for the read, the shared read's name). See share.py.
+    borrowed: tuple[tuple[str, str], ...] = ()
 
     kind = "observe"
 
     @property
     def rows(self) -> int:
         return len(self.example_ids)
+
+
+@dataclass(frozen=True)
+class Shared:
+    """Forwards several sweep points run identically, run once before the points (share.py).
+
+    ``users``: per shared read, the points that borrow it, in run order: the walk frees a read's
+    value after its last user. ``record``: some user resolves positions against its prompt's
+    text, so this step records every read's positions for them."""
+
+    name: str
+    forwards: tuple[Forward, ...]
+    users: tuple[tuple[str, tuple[str, ...]], ...]
+    record: bool
+    results: dict = field(default_factory=dict, compare=False)
+
+    kind = "shared"
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.forwards)
 
 
 @dataclass(frozen=True)
@@ -326,7 +350,7 @@ class Weights:
     kind = "weights"
 
 
-Step = Union["Plan", Observe, Fit, Featurizers, Weights]
+Step = Union["Plan", Observe, Fit, Featurizers, Weights, Shared]
 
 
 @dataclass(frozen=True)
