@@ -111,7 +111,7 @@ def expectation(raw: dict, *, where: str = "expect") -> Expectation:
     is a DocumentError naming the field under ``where``."""
     from pydantic import ValidationError
 
-    from .plan.spec import document_error
+    from .plan.document_errors import document_error
 
     try:
         return Expectation.model_validate(raw)

@@ -249,6 +249,27 @@ class Point:
         raise PlanError(f"value {name!r}", f"not produced at {self.name}",
                         f"values: {sorted({k for _, s in _scoring_steps(self.plan) for k in s.results})}")
 
+    def prompt(self, example_id: str, step: Optional[str] = None) -> Optional[str]:
+        """The prompt text of one row as the run tokenized it (a chat rendered through its template).
+
+        The text is the base input's: the forward of the role named ``base``, else the step's
+        first forward. The row is looked up in ``step`` (a fit's evaluation stands for the fit),
+        or, without one, in the first step that scored results and has that example id. None
+        for a point opened from disk (a run directory keeps no prompts), and when no such
+        step or row exists.
+        """
+        if self.plan is None:
+            return None
+        for name, observe in _scoring_steps(self.plan):
+            if (step is not None and name != step) or example_id not in observe.example_ids:
+                continue
+            if not observe.forwards:
+                return None
+            forward = next((f for f in observe.forwards if f.input == "base"), observe.forwards[0])
+            index = observe.example_ids.index(example_id)
+            return forward.texts[index] if index < len(forward.texts) else None
+        return None
+
     def __repr__(self) -> str:
         where = self.document.name if self.document else "<document>"
         return f"<Point {where}::{self.name} on {self.engine}>"

@@ -14,7 +14,7 @@ pytest.register_assert_rewrite("pytest_causalab.asserts")
 
 from causalab_mini import SUFFIX  # noqa: E402
 
-from . import baseline, hookspecs, page, report  # noqa: E402
+from . import baseline_report, hookspecs, page, report  # noqa: E402
 from .items import DocumentFile, PointItem  # noqa: E402
 from .session import ENGINES, SESSION, UPDATES, Session, read_settings, session_of  # noqa: E402
 
@@ -125,7 +125,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         for line in report.render(rows):
             terminalreporter.write_line(line)
     # The same path for the baselines' verdicts: each item's user_properties.
-    lines = baseline.session_report(reports, update=state.settings.update, detailed=detailed)
+    lines = baseline_report.session_report(reports, update=state.settings.update, detailed=detailed)
     if lines:
         terminalreporter.write_sep("=", "causalab baselines")
         for line in lines:

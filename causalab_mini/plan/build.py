@@ -19,7 +19,7 @@ from ..vocab import FEATURIZERS, METRICS
 from . import show_tokens
 from .chat import render_row
 from .plan import (Address, Epochs, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,
-                   OutputSpec, Plan, ReadOp, SaveSpec, Tap, Weights, WriteOp)
+                   OutputSpec, Plan, ReadOp, SaveSpec, Weights, WriteOp, group_taps)
 from .rules import ORIGINAL
 from .spec import FitStep, ObserveStep, Ref, Spec, WeightsStep
 from .tokens import Tokenized, answer_tokens, tokenize_rows
@@ -478,18 +478,6 @@ def _check_pattern_alignment(path: str, source: Forward, target: Forward) -> Non
                            f"{source.input!r} pads to {source.tokens} and {target.input!r} to "
                            f"{target.tokens}, or their rows have different numbers of real tokens",
                            "pair prompts of the same token length")
-
-
-def group_taps(ops: list) -> tuple[Tap, ...]:
-    """Ops grouped by address, in forward order; at one site the writes go before the reads."""
-    grouped: dict[Address, list] = {}
-    for op in ops:
-        grouped.setdefault(op.address, []).append(op)
-    taps = [Tap(a, tuple(o for o in g if isinstance(o, WriteOp)), tuple(o for o in g if isinstance(o, ReadOp)))
-            for a, g in grouped.items()]
-    # Stable: ties keep document order. Writes-first among taps of one site, so a read at a
-    # narrower selection of the same tensor still sees the pass's writes.
-    return tuple(sorted(taps, key=lambda t: (t.address.key, 0 if t.writes else 1)))
 
 
 def _schedule(path: str, iv, addresses: dict) -> list[tuple[str, str]]:

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DocumentError
 from ..suggest import suggest_fix
-from .spec import Header, ModelRef, Spec, document_error, validate_spec
+from .document_errors import document_error
+from .spec import Header, ModelRef, Spec, validate_spec
 
 INTERVENTION = "method"  # the one intervention of a protocol document
 STEP = "observe"  # the one step it runs

@@ -96,6 +96,18 @@ class Tap:
     reads: tuple[ReadOp, ...]
 
 
+def group_taps(ops: list) -> tuple[Tap, ...]:
+    """Ops grouped by address, in forward order; at one site the writes go before the reads."""
+    grouped: dict[Address, list] = {}
+    for op in ops:
+        grouped.setdefault(op.address, []).append(op)
+    taps = [Tap(a, tuple(o for o in g if isinstance(o, WriteOp)), tuple(o for o in g if isinstance(o, ReadOp)))
+            for a, g in grouped.items()]
+    # Stable: ties keep document order. Writes-first among taps of one site, so a read at a
+    # narrower selection of the same tensor still sees the pass's writes.
+    return tuple(sorted(taps, key=lambda t: (t.address.key, 0 if t.writes else 1)))
+
+
 @dataclass(frozen=True)
 class Forward:
     model: str

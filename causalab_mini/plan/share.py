@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Optional
 
-from .plan import Forward, Observe, Plan, Shared
+from .plan import Forward, Observe, Plan, Shared, group_taps
 
 SHARED = "shared"  # the root plan's step; a point is never called this (a point's name has "=")
 
@@ -51,8 +51,6 @@ def _anchored(obs: Observe) -> bool:
 def share(root: Plan) -> Plan:
     """``root`` with the forwards its points share moved into one ``Shared`` step, run first; the
     same plan when fewer than two points share any forward (an unswept plan among them)."""
-    from .build import group_taps
-
     points = {name: p for name, p in root.steps.items() if isinstance(p, Plan)}
     groups: dict[tuple, list[tuple[str, str, int]]] = {}
     for pname, point in points.items():
