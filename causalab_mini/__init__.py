@@ -42,6 +42,7 @@ _HOME = {
     **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".runner"),
     "weights_digest": ".engine.loading",
     "write_atomic": ".files",
+    "run_points": ".together",
     "label": ".plan.sweep",
     "plot": ".plots",
     **dict.fromkeys(("Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "number"), ".checks"),
@@ -53,7 +54,7 @@ _MODULES = ("vocab", "shapes", "errors", "report")
 __all__ = [
     # the pipeline
     "read", "points", "compile", "load", "run", "open", "Document", "resolve_model", "weights_digest",
-    "expectation", "write_atomic", "family_layout", "position_cut", "plot",
+    "expectation", "write_atomic", "family_layout", "position_cut", "plot", "run_points",
     # results
     "Run", "Point", "Result", "Grid",
     # verdicts: results held to expectations and references

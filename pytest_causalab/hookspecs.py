@@ -10,7 +10,11 @@ import pytest
 
 @pytest.hookspec()
 def pytest_causalab_modify_point(point, config) -> None:
-    """Adjust a point just before it runs on an engine; once per point per engine per session.
+    """Adjust a point before it runs on an engine; once per point per engine per session.
+
+    Called for a document's points when the first of them runs: the points no hook changed
+    then run together, the forwards they share once (``causalab_mini.run_points``); a changed
+    point runs alone.
 
     ``point`` is a ``pytest_causalab.session.PendingPoint``: ``path``, ``name``, ``coords``
     and ``engine`` to read, and ``document`` (the point's own JSON, a copy) and

@@ -93,6 +93,13 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         items[i] = item
 
 
+def pytest_collection_finish(session) -> None:
+    # After every plugin's modifyitems (-k and -m deselect there): the points this process runs.
+    state = session.config.stash.get(SESSION, None)
+    if state is not None:
+        state.select(session.items)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     if config.getvalue("dist") == "loadgroup":

@@ -202,6 +202,20 @@ class Session:
         self._points: dict[tuple, Any] = {}
         self._experiments: dict[tuple, dict] = {}  # (path, point, engine) -> the canonical experiment run
         self._tmp: Optional[Path] = None
+        # The points this process is to run, per document (pytest_collection_modifyitems says),
+        # and what ran together ahead of its items: (path, engine) -> {point: Run or _Failed}.
+        self._selected: dict[Path, list] = {}
+        self._together: dict[tuple, dict] = {}
+        self._asked: dict[tuple, PendingPoint] = {}  # what pytest_causalab_modify_point made of each point
+
+    def select(self, items) -> None:
+        """The session's point items, in run order: each document's points still to run, so the
+        first of them runs the forwards they share once for all of them (``run_points``)."""
+        self._selected = {}
+        for item in items:
+            valid = getattr(item, "valid", None)
+            if valid is not None and valid.name is not None:
+                self._selected.setdefault(Path(item.path).resolve(), []).append(valid.name)
 
     # --- documents, models, plans ---------------------------------------------------------
 
@@ -249,21 +263,70 @@ class Session:
                 self._points[key] = _Failed(err)
         return _unwrap(self._points[key])
 
+    def _pending(self, doc: causalab_mini.Document, name: Optional[str], shown: str, engine: str) -> PendingPoint:
+        """The point as ``pytest_causalab_modify_point`` leaves it (asked once per point and engine)."""
+        key = (doc.path, shown, engine)
+        if key not in self._asked:
+            valid = next((p for p in doc.points if p.name == name), None)
+            if valid is None:
+                raise KeyError(f"{doc.path.name} has no point {shown!r}; points: {doc.point_names}")
+            pending = PendingPoint(doc.path, shown, valid.coords, engine, copy.deepcopy(valid.document),
+                                   self.settings.batch_size)
+            self.config.hook.pytest_causalab_modify_point(point=pending, config=self.config)
+            self._asked[key] = pending
+        return self._asked[key]
+
+    def _unchanged(self, doc, name: str, engine: str) -> bool:
+        """Whether no hook changed the point: it may then run together with its document's others."""
+        pending = self._pending(doc, name, point_name(doc.path, name), engine)
+        valid = next(p for p in doc.points if p.name == name)
+        return pending.document == valid.document and pending.batch_size == self.settings.batch_size
+
+    def _run_together(self, doc: causalab_mini.Document, name: str, engine: str) -> Optional[Run]:
+        """The point's run, computed together with the document's other selected points that have
+        not run yet (the forwards they share, once); None when it runs alone: a hook changed it,
+        it is the only one left, this is an xdist worker that may not get the others, or running
+        them together failed (each then runs alone and reports its own outcome)."""
+        key = (doc.path, engine)
+        done = self._together.setdefault(key, {})
+        if name not in done:
+            names = [n for n in self._selected.get(doc.path, []) if n not in done
+                     and (doc.path, point_name(doc.path, n), engine) not in self._points]
+            if name not in names or not self._may_share():
+                return None
+            names = [n for n in names if self._unchanged(doc, n, engine)]
+            if name not in names or len(names) < 2:
+                return None
+            try:
+                runs = causalab_mini.run_points(doc, names, loaded=self.engine(doc, engine),
+                                                data=list(self.settings.data), batch_size=self.settings.batch_size,
+                                                out=lambda n: self._out(doc.path, engine, n))
+            except Exception:  # noqa: BLE001 — each point runs alone and reports its own outcome
+                done.update((n, None) for n in names)
+                return None
+            done.update(runs)
+        return done.pop(name, None)
+
+    def _may_share(self) -> bool:
+        """Not on an xdist worker that may be given only some of a document's points (``-n`` without
+        ``--dist loadgroup``, where this plugin sends a model's documents to one worker whole)."""
+        if not hasattr(self.config, "workerinput"):
+            return True
+        return bool(getattr(self.config.option, "loadgroup", False))  # xdist sets it on a loadgroup worker
+
     def _run_point(self, doc: causalab_mini.Document, name: Optional[str], shown: str, engine: str) -> Point:
-        valid = next((p for p in doc.points if p.name == name), None)
-        if valid is None:
-            raise KeyError(f"{doc.path.name} has no point {shown!r}; points: {doc.point_names}")
-        pending = PendingPoint(doc.path, shown, valid.coords, engine, copy.deepcopy(valid.document),
-                               self.settings.batch_size)
-        self.config.hook.pytest_causalab_modify_point(point=pending, config=self.config)
+        pending = self._pending(doc, name, shown, engine)
+        valid = next(p for p in doc.points if p.name == name)
         loaded = self.engine(doc, engine)
         if pending.document != valid.document:
             # Changed by a hook: validated as a document of its own (its produced_by changes with it).
             single = causalab_mini.read(pending.document, path=doc.path)
         else:
             single = doc.point(name) if name is not None else doc
-        ran = causalab_mini.run(single, loaded=loaded, data=list(self.settings.data),
-                                out=self._out(doc.path, engine, shown), batch_size=pending.batch_size)
+        ran = self._run_together(doc, name, engine) if name is not None else None
+        if ran is None:
+            ran = causalab_mini.run(single, loaded=loaded, data=list(self.settings.data),
+                                    out=self._out(doc.path, engine, shown), batch_size=pending.batch_size)
         # What produced_by digests (the point's document without its header, defaults written out):
         # a baseline stores it so a changed experiment can say which fields changed.
         self._experiments[(doc.path, shown, engine)] = single.points[0].spec.canonical()

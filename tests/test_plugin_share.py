@@ -1,0 +1,104 @@
+"""A document's points as pytest items share their forwards: the first item of a document runs the
+selected points together (``causalab_mini.run_points``), so a P-point patching sweep calls the
+model P + 1 times in a session, as ``causalab-mini run`` does — and each item still gets exactly
+the run, and the files, of its point run alone.
+
+The model's calls are counted by a forward pre-hook a conftest registers when the plugin loads
+the model (``pytest_causalab_model_loaded``); each process writes its count to a file.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from paths import DATA, V2
+
+import causalab_mini as cm
+
+pytest_plugins = ["pytester"]
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LAYER_POS = V2 / "layer_pos_sweep.causalab.json"
+POINTS = [p.name for p in cm.read(LAYER_POS).points]
+
+COUNTING = """
+import json, os
+CALLS = []
+
+def pytest_causalab_model_loaded(key, engine, config):
+    model = getattr(engine.model, "_model", engine.model)
+    model.register_forward_pre_hook(lambda module, args: CALLS.append(1))
+
+def pytest_sessionfinish(session):
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+    (session.config.rootpath / f"calls-{worker}.json").write_text(json.dumps(len(CALLS)))
+"""
+
+
+@pytest.fixture
+def sweep(tester):
+    doc = json.loads(LAYER_POS.read_text())
+    doc["header"]["expect"] = []
+    (tester.path / "grid.causalab.json").write_text(json.dumps(doc, indent=1))
+    return tester
+
+
+def _calls(tester) -> int:
+    found = sorted(tester.path.glob("calls-*.json"))
+    total = sum(json.loads(f.read_text()) for f in found)
+    for f in found:
+        f.unlink()
+    return total
+
+
+def _files(folder) -> dict:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_a_sweeps_items_call_the_model_p_plus_one_times_and_write_what_each_point_alone_writes(
+        sweep, engines, tmp_path):
+    sweep.makeconftest(COUNTING)
+    result = sweep.runpytest("--causalab-engine=hooks", "--causalab-out=out")
+    result.assert_outcomes(passed=len(POINTS), warnings=len(POINTS))  # baselines written
+    assert _calls(sweep) == len(POINTS) + 1
+    doc = cm.read(sweep.path / "grid.causalab.json")
+    loaded = engines(LAYER_POS, "hooks")
+    for name in POINTS:
+        alone = tmp_path / name
+        cm.run(doc.point(name), loaded=loaded, out=alone, data=[DATA])
+        assert _files(sweep.path / "out" / "grid" / "hooks" / name) == _files(alone)
+    # The second session checks the baselines the first wrote: the same numbers, shared again.
+    result = sweep.runpytest("--causalab-engine=hooks")
+    result.assert_outcomes(passed=len(POINTS))
+    assert _calls(sweep) == len(POINTS) + 1
+
+
+@pytest.mark.parametrize("selected, points", [(["-k", "layers:1"], 3), (["grid.causalab.json::layers=0,pos=-1"], 1)])
+def test_a_selection_shares_among_the_selected_points_only(sweep, selected, points):
+    sweep.makeconftest(COUNTING)
+    result = sweep.runpytest("--causalab-engine=hooks", *selected)
+    result.assert_outcomes(passed=points, warnings=points)
+    assert _calls(sweep) == (points + 1 if points > 1 else 2)
+
+
+def test_a_point_a_hook_changes_runs_alone_and_the_others_together(sweep):
+    sweep.makeconftest(COUNTING + """
+def pytest_causalab_modify_point(point, config):
+    if point.name == "layers=1,pos=-1":
+        point.batch_size = 7
+""")
+    result = sweep.runpytest("--causalab-engine=hooks")
+    result.assert_outcomes(passed=len(POINTS), warnings=len(POINTS))
+    rows = cm.compile(LAYER_POS, share=False).points[0].steps["score"].rows
+    windows = -(-rows // 7)
+    assert _calls(sweep) == (len(POINTS) - 1 + 1) + 2 * windows
+
+
+def test_under_xdist_loadgroup_a_document_is_shared_on_its_worker_and_plain_load_runs_points_alone(sweep):
+    sweep.makeconftest(COUNTING)
+    result = sweep.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "--causalab-engine=hooks")
+    result.assert_outcomes(passed=len(POINTS))
+    assert _calls(sweep) == len(POINTS) + 1
+    result = sweep.runpytest_subprocess("-n", "2", "--causalab-engine=hooks")
+    result.assert_outcomes(passed=len(POINTS))
+    assert _calls(sweep) == 2 * len(POINTS)  # a worker may get only some of the points: each alone
