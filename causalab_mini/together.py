@@ -22,10 +22,12 @@ OutFor = Union[None, str, Path, Callable[[str], Optional[Path]]]
 
 def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str = "nnterp", loaded=None,
                out: OutFor = None, batch_size: Optional[int] = None, models=None, data=None,
-               device_map: str = "cpu", trust_remote_code: bool = False, share: bool = True) -> dict[str, Run]:
+               device_map: str = "cpu", trust_remote_code: bool = False, share: bool = True,
+               at_once: int = 1) -> dict[str, Run]:
     """``{name: Run}`` for the points ``names`` (default: all) of ``document``, in the document's
     order, each equal to ``run(read(document).point(name), ...)``. ``out``: a folder (each point
-    written to ``out/<name>``) or ``name -> folder or None``. The rest as ``run``'s. Everything that
+    written to ``out/<name>``) or ``name -> folder or None``. ``at_once``: points whose forwards
+    are stacked into one model call (each point's run.json then records it). The rest as ``run``'s. Everything that
     can refuse does so before the first forward; a failure of one point fails the call (run the
     points one by one to tell them apart)."""
     from .plan.write import check_out, check_targets, planned_files, write
@@ -43,6 +45,9 @@ def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str =
                                    or batch_size < 1):
         raise EngineError("batch_size", f"{batch_size!r} is not a number of rows",
                           "give a positive integer, or leave it out for the whole batch")
+    if isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1:
+        raise EngineError("at_once", f"{at_once!r} is not a number of points",
+                          "give a positive integer (1: each point's forwards on their own)")
     outs = {p.name: _out_of(out, p.name) for p in chosen}
     for folder in filter(None, outs.values()):
         check_out(folder)
@@ -54,7 +59,7 @@ def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str =
     for name, folder in outs.items():
         if folder is not None:
             check_targets(folder, planned_files(_alone(plan, name)))
-    plan = loaded.execute(plan, remote=engine == "ndif", batch_size=batch_size)
+    plan = loaded.execute(plan, remote=engine == "ndif", batch_size=batch_size, at_once=at_once)
     runs = {}
     for p in chosen:
         single, root, folder = doc.point(p.name), _alone(plan, p.name), outs[p.name]

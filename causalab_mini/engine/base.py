@@ -23,8 +23,9 @@ class Engine:
         where the engine can; off by default, since it is slower and rounds differently."""
         ...
 
-    def execute(self, plan, *, remote=False, batch_size=None):
-        """Walk ``plan`` (steps.run) and return it with every step's ``results`` filled."""
+    def execute(self, plan, *, remote=False, batch_size=None, at_once=1):
+        """Walk ``plan`` (steps.run) and return it with every step's ``results`` filled;
+        ``at_once`` points' forwards stacked into one call where they can be (engine/at_once.py)."""
         ...
 
     def forward(self, forward, values: dict, featurizers: dict) -> None:

@@ -168,7 +168,7 @@ class HooksEngine(Engine):
 
     # --- run time -----------------------------------------------------------------------------
 
-    def execute(self, plan, *, remote=False, batch_size=None):
+    def execute(self, plan, *, remote=False, batch_size=None, at_once=1):
         """Walk ``plan`` here, in this process; ``remote`` in any form is refused."""
         if remote:
             raise EngineError(
@@ -178,8 +178,8 @@ class HooksEngine(Engine):
         if any(p.is_meta for p in self.model.parameters()):
             raise EngineError("model", "the hooks engine holds a model with no weights (a meta shell), "
                               "which has nowhere to run", "load it with its weights")
-        plan.provenance.update(provenance.record(self, False, batch_size))
-        steps.run(self, plan, batch_size=batch_size)
+        plan.provenance.update(provenance.record(self, False, batch_size, at_once))
+        steps.run(self, plan, batch_size=batch_size, at_once=at_once)
         return plan
 
     def forward(self, forward, values: dict, featurizers: dict) -> None:

@@ -247,12 +247,12 @@ class NNterpEngine:
         return address
 
     # --- run ----------------------------------------------------------------------
-    def execute(self, plan, *, remote=False, batch_size=None):
+    def execute(self, plan, *, remote=False, batch_size=None, at_once=1):
         """One session around the whole walk; ``remote="local"`` is nnsight's simulated round trip."""
         import nnsight
 
         options = _session_options(self.model, remote)
-        plan.provenance.update(provenance.record(self, remote, batch_size))
+        plan.provenance.update(provenance.record(self, remote, batch_size, at_once))
         engine, model = self, self.model
         # The block names only locals. nnsight ships the block's code with its module
         # globals, and its local simulation re-imports those with user modules blocked —
@@ -260,7 +260,7 @@ class NNterpEngine:
         # locals are the caller's own objects. Remotely both resolve by import on the server.
         walk, results_of, save = steps.run, plan_module.results_of, nnsight.save
         with _plain_errors(), model.session(**options):
-            walk(engine, plan, batch_size=batch_size)
+            walk(engine, plan, batch_size=batch_size, at_once=at_once)
             # What comes home is plain — strings and tensors by step path. Saved after the
             # walk: each trace inside it clears nnsight 0.7.0's saved set on exit.
             home = results_of(plan)

@@ -60,9 +60,10 @@ def served_dtype(model: Any) -> str:
     return str(head.weight.dtype)
 
 
-def record(engine: Any, remote: Any, batch_size: Optional[int]) -> dict:
-    """The run record of a run by ``engine`` (a loaded engine instance)."""
-    return {
+def record(engine: Any, remote: Any, batch_size: Optional[int], at_once: int = 1) -> dict:
+    """The run record of a run by ``engine`` (a loaded engine instance). ``at_once`` is recorded
+    only when points were stacked (> 1): a stacked batch is another shape for the kernels."""
+    found = {
         "engine": type(engine).__name__,
         "remote": remote,
         "batch_size": batch_size,
@@ -70,3 +71,6 @@ def record(engine: Any, remote: Any, batch_size: Optional[int]) -> dict:
         "causalab_mini": source_digest(),
         "served_dtype": served_dtype(engine.model),
     }
+    if at_once > 1:
+        found["at_once"] = at_once
+    return found

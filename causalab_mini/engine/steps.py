@@ -16,6 +16,7 @@ import torch
 from ..errors import EngineError
 from ..ops import intervene, locate, metrics as metric_ops, reduce
 from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Shared, Weights, WriteOp
+from . import at_once as at_once_mod
 from . import fit as fitting
 from . import progress
 
@@ -56,7 +57,7 @@ class State:
     borrowers: dict = field(default_factory=dict)  # shared read name -> points yet to run that borrow it
 
 
-def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State] = None):
+def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State] = None, at_once: int = 1):
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
         raise EngineError("batch_size", f"{batch_size!r} is not a number of rows",
@@ -64,19 +65,38 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
     if state is None:  # the walk starts: how many rows it will push through, for a bar's total
         progress.announce_run(getattr(step, "name", ""), rows_in(step))
     state = state or State()
+    if isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1:
+        raise EngineError("at_once", f"{at_once!r} is not a number of points",
+                          "give a positive integer (1: each point's forwards on their own)")
     if isinstance(step, Plan):
         points = [n for n, c in step.steps.items() if isinstance(c, Plan)]
+        stacked = {g[0][0]: g for g in at_once_mod.groups(
+            [(n, c) for n, c in step.steps.items() if isinstance(c, Plan)], at_once, batch_size)
+            if len(g) > 1} if at_once > 1 else {}
+        later = {n for g in stacked.values() for n, _, _ in g[1:]}  # run with the first of their group
         for name, child in step.steps.items():
             if isinstance(child, Shared):
                 with torch.no_grad():
                     lend(engine, child, state, batch_size=batch_size)
+                continue
+            if name in later:
+                continue
+            if name in stacked:
+                group = stacked[name]
+                progress.announce_point(name, points.index(name), len(points))
+                with torch.no_grad():
+                    at_once_mod.run_group(engine, group, state, prepare=prepare, finish=finish,
+                                          sub_state=lambda: State(featurizers=state.featurizers, shared=state.shared))
+                for member, _, _ in group:
+                    release(state, member)
+                    progress.announce(member, points.index(member) + 1, len(points))
                 continue
             # A nested plan (a sweep point) gets its own outputs and the same featurizers,
             # so points cannot see each other's published values; the shared reads it borrows.
             sub = State(featurizers=state.featurizers, shared=state.shared) if isinstance(child, Plan) else state
             if isinstance(child, Plan):
                 progress.announce_point(name, points.index(name), len(points))
-            run(engine, child, batch_size=batch_size, state=sub)
+            run(engine, child, batch_size=batch_size, state=sub, at_once=at_once)
             if isinstance(child, Plan):
                 release(state, name)
                 progress.announce(name, points.index(name) + 1, len(points))
@@ -330,16 +350,38 @@ def _run_forwards(engine, forwards: tuple[Forward, ...], state: State, rows: int
 
 # --- observe ------------------------------------------------------------------
 
+@dataclass
+class Pass:
+    """An Observe made ready to run: its forwards with every op's window resolved, the positions
+    record (None when every position is fixed), and the shared reads it borrows."""
+
+    forwards: tuple
+    positions: Optional[dict]
+    lent: dict  # this pass's name for a borrowed read -> Lent
+
+
 def observe(engine, obs: Observe, state: State, *, batch_size: Optional[int] = None,
             live: bool = False) -> dict:
     """One pass: forwards in order, then metrics and outputs. Returns the metrics live (for a fit)."""
+    ready = prepare(engine, obs, state)
+    values = _run_forwards(engine, ready.forwards, state, obs.rows, batch_size, obs.name, ready.lent)
+    return finish(engine, obs, state, ready, values, live=live)
+
+
+def prepare(engine, obs: Observe, state: State) -> Pass:
+    """Resolve the pass's positions (its borrowed reads' records first, where their forward ran)."""
     lent = {mine: state.shared[theirs] for mine, theirs in obs.borrowed}
     anchored = any(not op.where.fixed for op in (*(b.op for b in lent.values()),
                                                   *(op for f in obs.forwards for op in _ops(f))))
     forwards, positions = resolve(engine, obs.forwards, anchored=anchored, lent=lent)
-    if positions is not None:  # the borrowed reads first, where their forward ran before
+    if positions is not None:
         positions = {**{mine: b.record for mine, b in lent.items()}, **positions}
-    values = _run_forwards(engine, forwards, state, obs.rows, batch_size, obs.name, lent)
+    return Pass(forwards, positions, lent)
+
+
+def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, live: bool = False) -> dict:
+    """After the forwards: continuations placed, metrics scored, outputs published, all onto ``obs``."""
+    forwards, positions, lent = ready.forwards, ready.positions, ready.lent
     values = {**{mine: b.value.value for mine, b in lent.items()}, **values}
     windows = {mine: (b.window, b.ragged) for mine, b in lent.items()}
     windows.update((name, (w, r)) for f in forwards for name, w, r in f.windows)

@@ -79,21 +79,24 @@ def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: 
     for w in tap.writes:
         if not fires(w.step, step):
             continue
-        window, ragged = _window(w, forward, act, step)
-        x = intervene.gather(act, window, ragged=ragged, features=columns, path=w.name)
+        mine = _rows(act, w.rows)
+        window, ragged = _window(w, forward, mine, step)
+        x = intervene.gather(mine, window, ragged=ragged, features=columns, path=w.name)
         f0 = None
         if MECHANISMS[w.mechanism].needs_f0:
-            f0 = intervene.gather(before, window, ragged=ragged, features=columns, path=w.name)
+            f0 = intervene.gather(_rows(before, w.rows), window, ragged=ragged, features=columns, path=w.name)
         new = intervene.apply_write(
             x, featurizer=featurizers.get(w.featurizer, IDENTITY) if w.featurizer else IDENTITY,
             mechanism=w.mechanism, params=dict(w.params), operand=conform(operand_value(w.operand, values), x),
             f0=f0, features=w.features, path=w.name)
-        act = intervene.scatter(act, window, new, ragged=ragged, features=columns, path=w.name)
+        written = intervene.scatter(mine, window, new, ragged=ragged, features=columns, path=w.name)
+        act = written if w.rows is None else _put_rows(act, w.rows, written)
     for r in tap.reads:
         if not fires(r.step, step):
             continue
-        window, ragged = _window(r, forward, act, step)
-        x = intervene.gather(act, window, ragged=ragged, features=columns, path=r.name)
+        mine = _rows(act, r.rows)
+        window, ragged = _window(r, forward, mine, step)
+        x = intervene.gather(mine, window, ragged=ragged, features=columns, path=r.name)
         if r.view == "logits":
             x = project(x)
         elif r.featurizer:
@@ -104,6 +107,16 @@ def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: 
         else:
             values[r.name] = x
     return act
+
+
+def _rows(act: Tensor, rows: Optional[tuple[int, int]]) -> Tensor:
+    """The batch rows an op acts on: all of them, or its own point's when points run at once."""
+    return act if rows is None else act[rows[0]:rows[1]]
+
+
+def _put_rows(act: Tensor, rows: tuple[int, int], part: Tensor) -> Tensor:
+    """``act`` with rows [a, b) replaced by ``part`` (a new tensor: the others are untouched)."""
+    return torch.cat([act[:rows[0]], part, act[rows[1]:]], dim=0)
 
 
 def run_flat_tap(act: Tensor, rows: int, *args) -> Tensor:

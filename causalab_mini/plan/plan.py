@@ -71,6 +71,7 @@ class ReadOp:
     view: Optional[str]
     width: int  # of the value it yields (feature space, or vocab for a logits view)
     step: Union[None, int, str] = None  # decode step it fires at; "stack" for a cut of the continuation
+    rows: Optional[tuple[int, int]] = None  # set by the walk only: the batch rows [a, b) it acts on (at_once)
 
 
 @dataclass(frozen=True)
@@ -85,6 +86,7 @@ class WriteOp:
     featurizer: Optional[str]
     features: Optional[tuple[int, ...]]
     step: Union[None, int, str] = None  # None prompt frame (prefill), k, or "all"
+    rows: Optional[tuple[int, int]] = None  # set by the walk only: the batch rows [a, b) it acts on (at_once)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ Decisions where the spec is silent:
 
 * A wrapper needs the ``sweep`` key; ``{"as": "x"}`` alone is an ordinary object.
   An object holding ``sweep`` beside any key other than ``as`` is ordinary too
-  (it is walked like any object), except ``at_once``/``cohorts``, which are
-  protocol features mini refuses by name rather than silently ignoring.
+  (it is walked like any object), except ``at_once`` (a run option here:
+  ``--at-once``) and ``cohorts`` (not implemented), which are refused by name
+  rather than silently ignored.
 * Wrappers sharing an ``as`` name need equally many values, not equal values:
   reading at p and writing at p+1 is a legitimate pairing. The axis's values,
   and so the point names, are those of its first wrapper in reading order.
@@ -34,7 +35,18 @@ from dataclasses import dataclass, field
 
 from causalab_mini.errors import SweepError, join_path
 
-_REFUSED_OPTIONS = ("at_once", "cohorts")  # protocol sweep options mini lacks
+_REFUSED_OPTIONS = ("at_once", "cohorts")  # protocol sweep options a document may not carry here
+_REFUSALS = {
+    # How many points share one model call changes how a run computes, not what the experiment is
+    # (a document's digest must not move with it): a run option, not a field of the document.
+    "at_once": ("'at_once' is how many points a run stacks into one model call, a choice of the run "
+                "here, not of the document",
+                "drop it from the sweep and run with causalab-mini run --at-once N, "
+                "causalab_mini.run(..., at_once=N) or pytest --causalab-at-once=N"),
+    "cohorts": ("'cohorts' is a protocol sweep option causalab-mini does not implement",
+                "write a plain {\"sweep\": [...]} (with \"as\" to tie fields together), "
+                "or run the points as separate documents"),
+}
 _FORBIDDEN_IN_NAME = ("/", "\\", "\0")
 _MAX_NAME_BYTES = 255  # one path component on every common filesystem
 
@@ -65,12 +77,7 @@ def _walk(obj, path: tuple = ()):
         if "sweep" in obj:
             for option in _REFUSED_OPTIONS:
                 if option in obj:
-                    raise SweepError(
-                        join_path(*path),
-                        f"'{option}' is a protocol sweep option causalab-mini does not implement",
-                        "write a plain {\"sweep\": [...]} (with \"as\" to tie fields together), "
-                        "or run the points as separate documents",
-                    )
+                    raise SweepError(join_path(*path), *_REFUSALS[option])
             if _is_wrapper(obj):
                 yield path, obj
                 return

@@ -1,0 +1,115 @@
+"""Points at once (engine/at_once.py): several points' forwards stacked into one model call.
+
+Held to the same points run one by one (``at_once=1``). Stacking changes only the batch a
+kernel sees: a batch without padding computes bit for bit the same; on a left-padded batch
+PyTorch's masked attention rounds differently with the batch's size — the plain model does
+too, called directly, which this module shows — so there the results agree to float32
+rounding, and every match metric (iia) exactly.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from paths import CORPUS, V2
+
+import causalab_mini as cm
+from causalab_mini.engine import at_once, taps
+
+from test_share import counting_calls
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+LAYER_POS = V2 / "layer_pos_sweep.causalab.json"
+SWEPT = [p for p in CORPUS if len(cm.read(p).points) > 1]
+
+
+def _values(runs: dict) -> dict:
+    return {(n, k): [r["value"] for r in result.rows] for n, ran in runs.items()
+            for k, result in ran.point().results().items()}
+
+
+def _padded(plan) -> bool:
+    return any(0 in row for p in plan.points for s in p.steps.values()
+               for f in getattr(s, "forwards", ()) for row in f.mask)
+
+
+@pytest.mark.parametrize("engine", ["hooks", "nnterp"])
+@pytest.mark.parametrize("path", SWEPT, ids=lambda p: f"{p.parent.name}/{p.name.split('.')[0]}")
+def test_points_at_once_compute_what_points_one_by_one_do(engines, path, engine):
+    loaded = engines(path, engine)
+    plan = cm.compile(path, loaded=loaded)
+    stacked = at_once.groups([(p.name, p) for p in plan.points], len(plan.points), None)
+    plain, together = (_values(cm.run_points(path, loaded=loaded, at_once=k)) for k in (1, len(plan.points)))
+    assert together.keys() == plain.keys()
+    if max(map(len, stacked)) == 1 or not _padded(plan):
+        assert together == plain  # nothing stacked, or a batch without padding: the same bits
+        return
+    for key, rows in plain.items():
+        for a, b in zip(rows, together[key]):
+            if key[1].endswith("iia"):
+                assert a == b, key
+            elif a is None or b is None:
+                assert a is b, key
+            else:
+                assert math.isclose(a, b, rel_tol=1e-5, abs_tol=1e-5), (key, a, b)
+
+
+def test_on_a_padded_batch_the_plain_model_itself_rounds_with_the_batch_size(engines):
+    """Why a padded batch is not bit-equal stacked: the same rows, twice as many of them, give
+    other low bits from the model alone (no hook, no causalab_mini op in the way)."""
+    loaded = engines(LAYER_POS, "hooks")
+    forward = cm.compile(LAYER_POS, loaded=loaded).points[0].steps["score"].forwards[0]
+    assert any(0 in row for row in forward.mask)
+    inputs = taps.model_inputs(forward, "cpu")
+    with torch.no_grad():
+        alone = loaded.model(**inputs).logits
+        doubled = loaded.model(**{k: v.repeat(2, 1) if torch.is_tensor(v) else v
+                                  for k, v in inputs.items()}).logits[:forward.rows]
+    assert torch.allclose(alone, doubled, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("engine", ["hooks", "nnterp"])
+def test_at_once_makes_one_call_per_group_within_the_batch_size(engines, engine):
+    loaded = engines(LAYER_POS, engine)
+    points = len(cm.read(LAYER_POS).points)
+    rows = cm.compile(LAYER_POS, loaded=loaded).points[0].steps["score"].rows
+    with counting_calls(loaded) as calls:
+        cm.run_points(LAYER_POS, loaded=loaded, at_once=points)
+    assert len(calls) == 1 + 1  # the shared counterfactual pass, then every point in one call
+    with counting_calls(loaded) as calls:
+        cm.run_points(LAYER_POS, loaded=loaded, at_once=4)
+    assert len(calls) == 1 + 2  # groups of 4 and 2
+    # A batch size bounds the stacked rows: two points' rows fit in one window of 2·rows.
+    with counting_calls(loaded) as calls:
+        cm.run_points(LAYER_POS, loaded=loaded, at_once=points, batch_size=2 * rows)
+    assert len(calls) == 1 + points // 2
+
+
+def test_a_run_records_at_once_and_the_points_results_are_their_own(engines, tmp_path):
+    loaded = engines(LAYER_POS, "hooks")
+    runs = cm.run_points(LAYER_POS, loaded=loaded, at_once=3, out=tmp_path)
+    alone = cm.run_points(LAYER_POS, loaded=loaded)
+    for name, ran in runs.items():
+        assert ran.record["at_once"] == 3
+        assert cm.open(tmp_path / name).record["at_once"] == 3
+        # Each point's writes landed only in its own rows: its results are its own, not a neighbour's.
+        assert ran.point().result("iia").values == alone[name].point().result("iia").values
+    assert "at_once" not in alone[next(iter(alone))].record
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 1.5])
+def test_a_bad_at_once_is_refused_before_a_forward(engines, bad):
+    loaded = engines(LAYER_POS, "hooks")
+    with counting_calls(loaded) as calls, pytest.raises(cm.EngineError, match="at_once"):
+        cm.run_points(LAYER_POS, loaded=loaded, at_once=bad)
+    assert calls == []
+
+
+def test_points_that_cannot_stack_run_one_by_one():
+    """A fit (DBM) or a decode (generation) is a point's own: never stacked."""
+    for name in ("dbm", "generate_probe", "generate_steer"):
+        plan = cm.compile(V2 / f"{name}.causalab.json")
+        groups = at_once.groups([(p.name, p) for p in plan.points], 8, None)
+        assert [len(g) for g in groups] == [1] * len(plan.points), name
