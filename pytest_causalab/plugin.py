@@ -39,6 +39,8 @@ def pytest_addoption(parser) -> None:
            action="append", metavar="DIR")
     option("causalab-device-map", "device map models load with; default cpu", metavar="MAP")
     option("causalab-batch-size", "rows per forward; default all", metavar="N")
+    option("causalab-at-once", "a document's points stacked into one model call, rows x points within "
+           "the batch size; default 1 (each point its own call)", metavar="N")
     option("causalab-out", "where each point's files are written; default a pytest tmp dir",
            metavar="DIR")
     option("causalab-report", "write an HTML report of the session to DIR/index.html (each point's files "

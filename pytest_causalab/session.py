@@ -59,6 +59,7 @@ class Settings:
     baseline_mode: str = "rows"  # rows | aggregates: how a document's baseline stores its results
     aggregates: tuple[str, ...] = ()  # globs of documents stored as aggregates whatever the mode
     report: Optional[Path] = None  # the folder an HTML report of the session is written to
+    at_once: int = 1  # a document's points stacked into one model call (engine/at_once.py)
 
     def mode_for(self, document: Path, root: Path) -> str:
         """The baseline mode of one document: ``aggregates`` when a ``causalab_baseline_aggregates``
@@ -158,6 +159,7 @@ def read_settings(config) -> Settings:
         batch_size=_number(config, "causalab_batch_size", int, 1),
         out=Path(out).resolve() if out else None,
         report=report,
+        at_once=_number(config, "causalab_at_once", int, 1) or 1,
         # Command line only: rewriting baselines is a decision for one run, not a setting.
         update=_choice(config, "causalab_update_baselines", UPDATES, None, ini=False, hint=_update_hint(config)),
         strict=_flag(config, "causalab_strict") or ci_is_set(os.environ.get("CI")),
@@ -300,7 +302,8 @@ class Session:
             try:
                 runs = causalab_mini.run_points(doc, names, loaded=self.engine(doc, engine),
                                                 data=list(self.settings.data), batch_size=self.settings.batch_size,
-                                                out=lambda n: self._out(doc.path, engine, n))
+                                                out=lambda n: self._out(doc.path, engine, n),
+                                                at_once=self.settings.at_once)
             except Exception:  # noqa: BLE001 — each point runs alone and reports its own outcome
                 done.update((n, None) for n in names)
                 return None

@@ -102,3 +102,15 @@ def test_under_xdist_loadgroup_a_document_is_shared_on_its_worker_and_plain_load
     result = sweep.runpytest_subprocess("-n", "2", "--causalab-engine=hooks")
     result.assert_outcomes(passed=len(POINTS))
     assert _calls(sweep) == 2 * len(POINTS)  # a worker may get only some of the points: each alone
+
+
+def test_at_once_in_a_session_stacks_a_documents_points(sweep):
+    sweep.makeconftest(COUNTING)
+    result = sweep.runpytest("--causalab-engine=hooks", f"--causalab-at-once={len(POINTS)}", "--causalab-out=out")
+    result.assert_outcomes(passed=len(POINTS), warnings=len(POINTS))
+    assert _calls(sweep) == 2  # the shared pass, then every point in one call
+    for name in POINTS:
+        assert cm.open(sweep.path / "out" / "grid" / "hooks" / name).record["at_once"] == len(POINTS)
+    result = sweep.runpytest("--causalab-engine=hooks", "--causalab-at-once=0")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--causalab-at-once: '0' is below 1*"])
