@@ -17,9 +17,11 @@ $(STAMP): pyproject.toml
 setup: $(STAMP)
 
 # The main job: every document in the corpus run through pytest on the shipped models, held to
-# its expectations and its committed baselines (documents/*/baselines/).
+# its expectations and its committed baselines (documents/*/baselines/). Writes the HTML report
+# to report/index.html and prints its path last, even when a document fails (pytest's status kept).
 demo: $(STAMP)
-	$(BIN)/python -m pytest documents/ -rs --causalab-summary
+	$(BIN)/python -m pytest documents/ -rs --causalab-summary --causalab-report=report; \
+	status=$$?; echo "report: $(CURDIR)/report/index.html"; exit $$status
 
 # The project's own test suite.
 test: $(STAMP)
@@ -31,6 +33,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/engines.py
 	$(BIN)/python benchmarks/charmap.py
 	$(BIN)/python benchmarks/featurizers.py
+	$(BIN)/python benchmarks/sweep.py
 
 # The resolver's character map, fast against the growing-prefix definition (under a minute).
 bench-charmap: $(STAMP)
