@@ -43,6 +43,7 @@ _HOME = {
     "weights_digest": ".engine.loading",
     "write_atomic": ".files",
     "run_points": ".together",
+    "CacheError": ".cache",
     "label": ".plan.sweep",
     "plot": ".plots",
     **dict.fromkeys(("Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "number"), ".checks"),
@@ -64,7 +65,7 @@ __all__ = [
     # refusals
     "CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
     "MissingArtifact", "PlanError", "BaselineError", "WriteError", "EngineError", "Unsupported",
-    "HubUnreachable",
+    "HubUnreachable", "CacheError",
 ]
 
 

@@ -147,14 +147,18 @@ def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", m
 
 def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, out=None,
         batch_size: Optional[int] = None, models=None, data=None, device_map: str = "cpu",
-        trust_remote_code: bool = False, share: bool = True) -> Run:
+        trust_remote_code: bool = False, share: bool = True, cache=None) -> Run:
     """Run every point of the document and return them as a ``Run``.
 
     ``loaded``: an engine from ``load`` (its model reused; ``engine`` is then its name).
     ``out``: a directory to commit the run into, laid out as ``causalab-mini run`` lays it out
     (``open(out)`` reads it back). Everything that can refuse the run does so before the load
     (the document, ``out``, ``batch_size``) or before the first forward (the compile).
-    ``share``: as ``compile``'s (a P-point patching sweep runs P + 1 forwards, not 2P)."""
+    ``share``: as ``compile``'s (a P-point patching sweep runs P + 1 forwards, not 2P).
+    ``cache``: a folder (made if missing) of results by key (``causalab_mini.cache``): a point
+    whose key has an entry there is served from it without a forward, the others are computed
+    and stored; the Run, and ``out``, are what computing every point gives. ``cache.served(run)``
+    names the points served. A folder that cannot be used is refused before the load."""
     from .plan.write import check_out, check_targets, planned_files, write
 
     doc = read(document)
@@ -165,6 +169,11 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     if out is not None:
         out = Path(out)
         check_out(out)
+    store = None
+    if cache is not None:
+        from .cache import open_store
+
+        store = open_store(cache, engine=engine if loaded is None else loaded.name)
     if loaded is None:
         loaded = load(doc, engine=engine, models=models, device_map=device_map,
                       trust_remote_code=trust_remote_code)
@@ -173,6 +182,11 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     plan = compile(doc, loaded=loaded, data=data, share=share)
     if out is not None:
         check_targets(out, planned_files(plan))
+    if store is not None:
+        from .cache.serve import run_cached
+
+        return run_cached(store, doc, loaded, plan, engine=engine, out=out, batch_size=batch_size, data=data,
+                          share=share)
     # "ndif" is the nnterp engine with the session sent to NDIF: the only difference between
     # running here and there is the session's `remote` flag.
     plan = loaded.execute(plan, remote=engine == "ndif", batch_size=batch_size)

@@ -149,7 +149,8 @@ def _cmd_run(args) -> int:
         with listening(watch):
             ran = api.run(args.document, engine=args.engine, out=args.out, batch_size=args.batch_size,
                           models=args.models, data=args.data, device_map=args.device_map,
-                          trust_remote_code=args.trust_remote_code, share=not args.no_share)
+                          trust_remote_code=args.trust_remote_code, share=not args.no_share,
+                          cache=args.cache)
     except CausalabError as err:
         raise watch.refusal(err, args.out) from None
     finally:
@@ -165,9 +166,22 @@ def _cmd_run(args) -> int:
             print()
             print("\n".join(tables.aligned(*tables.means_table(ran))))
     sys.stdout.flush()
-    for line in notes(ran.plan):
-        print(line, file=sys.stderr)
+    if ran.plan is not None:  # None when every point was served from the cache
+        for line in notes(ran.plan):
+            print(line, file=sys.stderr)
+    _say_cached(ran)
     return 0
+
+
+def _say_cached(ran) -> None:
+    """``cached: 4 of 6 points (layers=0,pos=-4, …)`` on stderr, after the files, when the cache
+    served any: stdout stays one path a line (or the --json object) for programs."""
+    from .cache import served
+
+    names = served(ran)
+    if names:
+        shown = ", ".join(names[:3]) + (", …" if len(names) > 3 else "")
+        print(f"cached: {len(names)} of {len(ran.points)} points ({shown})", file=sys.stderr)
 
 
 def _cmd_table(args) -> int:
@@ -256,6 +270,9 @@ def parser() -> argparse.ArgumentParser:
                    help="load a model whose directory or repository ships code of its own (runs that code)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-share", action="store_true", help=NO_SHARE)
+    p.add_argument("--cache", metavar="DIR", help="a result cache folder (made if missing): points whose "
+                   "results it holds for this model, engine, dtype, batch size and package are not computed "
+                   "again; the files written are the same")
     _paths_options(p)
     p.set_defaults(func=_cmd_run)
 

@@ -426,11 +426,11 @@ def test_a_file_whose_place_is_a_folder_is_refused_before_anything_is_written(tm
 
 def test_a_nan_metric_is_refused_rather_than_written_as_invalid_json():
     from causalab_mini.errors import PlanError
-    from causalab_mini.plan.write import _json
+    from causalab_mini.plan.write import json_bytes
 
-    assert json.loads(_json([{"value": 1.5}])) == [{"value": 1.5}]
+    assert json.loads(json_bytes([{"value": 1.5}])) == [{"value": 1.5}]
     with pytest.raises(PlanError, match="NaN or infinite"):
-        _json([{"value": float("nan")}])
+        json_bytes([{"value": float("nan")}])
 
 
 def test_a_rerun_removes_what_the_previous_run_wrote_and_this_one_does_not(tmp_path, capfd):

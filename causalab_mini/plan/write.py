@@ -40,7 +40,7 @@ INCOMPLETE = ".causalab-incomplete"  # the mark of a folder being written: JSON 
 STAGING = ".causalab-staging"  # where a run's files are written whole before they move into place
 
 
-def _json(value: Any) -> bytes:
+def json_bytes(value: Any) -> bytes:
     # NaN and Infinity are not JSON; a metric that produced one is a bug to see, not a file to write.
     try:
         text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
@@ -131,22 +131,22 @@ def _save_bytes(step, save: SaveSpec, produced_by: str) -> bytes:
         raise PlanError(save.file_path, f"nothing called {save.value!r} was produced by this run",
                         "save a metric, an output or a generated value of this step")
     if save.file_path.endswith(".json"):
-        return _json(metric_rows(source, save.value, produced_by))
+        return json_bytes(metric_rows(source, save.value, produced_by))
     return safetensors_bytes(_named_tensors(results[save.value], save), save.header)
 
 
-def _layout(plan: Plan) -> Iterator[tuple[str, Callable[[], bytes]]]:
+def layout(plan: Plan) -> Iterator[tuple[str, Callable[[], bytes]]]:
     """Every file a run of ``plan`` writes except run.json, with how to make its bytes.
 
     The names are known from the plan alone, so a run is checked against ``--out``
     before anything is computed (``check_targets``); the bytes are made after.
     """
-    yield "document.json", lambda: _json(plan.document)
+    yield "document.json", lambda: json_bytes(plan.document)
 
     def walk(p: Plan, prefix: str):
         for name, step in p.steps.items():
             if isinstance(step, Plan):
-                yield f"{prefix}{name}/document.json", lambda step=step: _json(step.document)
+                yield f"{prefix}{name}/document.json", lambda step=step: json_bytes(step.document)
                 yield from walk(step, f"{prefix}{name}/")
             elif isinstance(step, (Observe, Fit, Weights)):
                 for save in step.saves:
@@ -160,7 +160,7 @@ def planned_files(plan: Plan) -> list[str]:
     run.json, then every point's files); two steps saving one file refused."""
     names: list[str] = []
     seen: set[str] = set()
-    for rel, _ in _layout(plan):
+    for rel, _ in layout(plan):
         if rel in seen:
             raise PlanError(rel, "two steps save to the same file", "give each save its own file_path")
         seen.add(rel)
@@ -175,8 +175,8 @@ def manifest(plan: Plan, run_record: dict) -> dict[str, bytes]:
     directory knows which of what is there this project wrote (see ``write``).
     """
     order = planned_files(plan)
-    files = {rel: make() for rel, make in _layout(plan)}
-    files[RUN] = _json({**run_record, "files": sorted(files)})
+    files = {rel: make() for rel, make in layout(plan)}
+    files[RUN] = json_bytes({**run_record, "files": sorted(files)})
     return {rel: files[rel] for rel in order}
 
 
@@ -286,7 +286,13 @@ def _commit(out: Path, stage: Path, files: dict, previous: set, ours: set) -> No
 def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
     """Commit the run into ``out`` whole (see the module's docstring); returns the paths written,
     in manifest order. Files an earlier run wrote that this one does not are removed."""
-    files = manifest(plan, run_record)
+    return commit(out, manifest(plan, run_record))
+
+
+def commit(out: Path, files: dict[str, bytes]) -> list[Path]:
+    """Commit ``files`` (relative path -> bytes, run.json among them) into ``out`` whole: staged,
+    marked, moved into place, run.json last (see the module's docstring); returns the paths in
+    ``files``' order. Files an earlier run wrote that these do not are removed."""
     out = Path(out)
     check_out(out)
     check_targets(out, files)

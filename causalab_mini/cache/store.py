@@ -1,0 +1,143 @@
+"""The cache folder: one entry per key, each naming its files by content.
+
+::
+
+    DIR/entries/<key>.json   the entry: format, key, parts, every scored metric (step, name,
+                             file, rows), and the point's saved files as (path, sha256, size)
+    DIR/blobs/<sha256>       a saved file's bytes, named by their digest
+
+A file is written whole under a temporary name and renamed into place (``files.write_atomic``),
+blobs before the entry that names them, so a reader finds either no entry or one whose blobs are
+all there. Two runs storing one key write the same bytes under the same names: the last rename
+wins and nothing is mixed. Every read is checked — the entry parses, its key and parts are the
+ones asked for, each blob has its digest — and anything else is a miss, which the run then
+replaces. Blobs no entry names any more stay until the folder is removed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from ..files import write_atomic
+from ..results import Result, Scored
+from .key import FORMAT, CacheError
+
+ENTRIES = "entries"
+BLOBS = "blobs"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One point's results: every metric it scored, and the files it saves (paths relative to the
+    point's folder, in the order a run writes them; its document.json is not one)."""
+
+    scored: tuple
+    files: dict
+
+    def tensors(self) -> dict[str, dict[str, Any]]:
+        """The saved tensors by file path, as ``open`` reads them back: ``{file: {name: tensor}}``."""
+        from safetensors.torch import load
+
+        return {rel: dict(load(data)) for rel, data in self.files.items() if not rel.endswith(".json")}
+
+
+class Store:
+    """A cache folder, made if missing; one that cannot be used is refused here, naming it."""
+
+    def __init__(self, directory) -> None:
+        self.root = Path(directory)
+        if self.root.exists() and not self.root.is_dir():
+            raise CacheError(str(self.root), "is a file, and a result cache is a folder",
+                             "name a folder (it is made if missing)")
+        try:
+            for sub in (ENTRIES, BLOBS):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CacheError(str(self.root), f"cannot be used as a result cache ({err.strerror or err})",
+                             "name a folder you can write") from None
+        for sub in (self.root / ENTRIES, self.root / BLOBS):
+            if not os.access(sub, os.W_OK | os.X_OK):
+                raise CacheError(str(sub), "cannot be written into", "name a cache folder you can write")
+
+    def entry_path(self, key: str) -> Path:
+        return self.root / ENTRIES / f"{key}.json"
+
+    def get(self, key: str, parts: Mapping) -> Optional[Entry]:
+        """The entry stored under ``key``, or None: absent, damaged, or not for these parts."""
+        try:
+            text = self.entry_path(key).read_bytes()
+        except OSError:  # absent, or unreadable: computed, and stored again
+            return None
+        try:
+            return self._checked(json.loads(text), key, parts)
+        except (OSError, ValueError, KeyError, TypeError):  # a damaged entry is a miss, never a crash
+            return None
+
+    def _checked(self, raw: Any, key: str, parts: Mapping) -> Entry:
+        if not isinstance(raw, dict) or raw.get("format") != FORMAT or raw.get("key") != key:
+            raise ValueError("not an entry of this format and key")
+        if raw.get("parts") != parts:
+            raise ValueError("stored for other parts")
+        scored = []
+        for s in raw["scored"]:
+            if not (isinstance(s["step"], str) and isinstance(s["name"], str)
+                    and (s["file"] is None or isinstance(s["file"], str))
+                    and isinstance(s["rows"], list) and all(isinstance(r, dict) for r in s["rows"])):
+                raise ValueError("a scored metric is malformed")
+            scored.append(Scored(s["step"], s["name"], Result(s["name"], s["rows"]), s["file"]))
+        files = {}
+        for f in raw["files"]:
+            data = self._blob(f["sha256"])
+            if len(data) != f["size"] or hashlib.sha256(data).hexdigest() != f["sha256"]:
+                raise ValueError(f"{f['path']}'s bytes are not the ones stored")
+            if not isinstance(f["path"], str):
+                raise ValueError("a file's path is not a string")
+            files[f["path"]] = data
+        return Entry(tuple(scored), files)
+
+    def _blob(self, sha: Any) -> bytes:
+        if not isinstance(sha, str) or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
+            raise ValueError("not a sha256")
+        return (self.root / BLOBS / sha).read_bytes()
+
+    def put(self, key: str, parts: Mapping, entry: Entry) -> bool:
+        """Store ``entry`` under ``key`` (replacing a damaged one); False, with a warning, when the
+        folder stopped taking files: the run's own results are not lost for it."""
+        listed = []
+        try:
+            for rel, data in entry.files.items():
+                sha = hashlib.sha256(data).hexdigest()
+                blob = self.root / BLOBS / sha
+                if not (blob.is_file() and hashlib.sha256(blob.read_bytes()).hexdigest() == sha):
+                    write_atomic(blob, data)
+                listed.append({"path": rel, "sha256": sha, "size": len(data)})
+            scored = [{"step": s.step, "name": s.name, "file": s.file, "rows": s.result.rows} for s in entry.scored]
+            record = {"format": FORMAT, "key": key, "parts": dict(parts), "scored": scored, "files": listed}
+            write_atomic(self.entry_path(key), (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
+        except OSError as err:
+            warnings.warn(f"result cache {self.root}: could not store an entry ({err.strerror or err}); "
+                          "the run's results are kept, the next run computes them again", stacklevel=2)
+            return False
+        return True
+
+
+def storable(scored) -> bool:
+    """Whether rows read back from JSON equal these: plain dicts, lists, strings, numbers, bools.
+
+    A tuple would read back as a list, unequal to it; such a point is computed every time
+    rather than served different rows."""
+    def plain(v) -> bool:
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return True
+        if isinstance(v, list):
+            return all(plain(x) for x in v)
+        if isinstance(v, dict):
+            return all(isinstance(k, str) and plain(x) for k, x in v.items())
+        return False
+
+    return all(plain(s.result.rows) for s in scored)
