@@ -15,10 +15,10 @@ The pipeline, one function a stage::
 Every refusal is a ``CausalabError`` (``DocumentError``, ``CompileError``, …) naming
 the document path of the field, what is wrong, and what to write instead.
 
-Besides these names, four modules are public: ``causalab_mini.vocab`` (the closed
+Besides these names, five modules are public: ``causalab_mini.vocab`` (the closed
 vocabularies: components, mechanisms, metrics, featurizer kinds, position forms),
-``causalab_mini.shapes`` (the position value types), ``causalab_mini.errors`` and
-``causalab_mini.report`` (an HTML page of runs).
+``causalab_mini.shapes`` (the position value types), ``causalab_mini.errors``,
+``causalab_mini.report`` (an HTML page of runs) and ``causalab_mini.cache`` (results by key).
 
 Importing this package imports nothing but itself — each name loads its module when first
 used — and no stage before ``load`` imports torch: reading, validating and opening a run's
@@ -50,7 +50,7 @@ _HOME = {
 }
 _RENAMED = {"position_cut": (".ops.locate", "cut")}
 # Public modules, loaded as attributes on first use too (``cm.report.write(...)``).
-_MODULES = ("vocab", "shapes", "errors", "report")
+_MODULES = ("vocab", "shapes", "errors", "report", "cache")
 
 __all__ = [
     # the pipeline

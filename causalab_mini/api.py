@@ -147,7 +147,7 @@ def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", m
 
 def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, out=None,
         batch_size: Optional[int] = None, models=None, data=None, device_map: str = "cpu",
-        trust_remote_code: bool = False, share: bool = True, cache=None) -> Run:
+        trust_remote_code: bool = False, share: bool = True, cache=None, at_once: int = 1) -> Run:
     """Run every point of the document and return them as a ``Run``.
 
     ``loaded``: an engine from ``load`` (its model reused; ``engine`` is then its name).
@@ -158,7 +158,9 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     ``cache``: a folder (made if missing) of results by key (``causalab_mini.cache``): a point
     whose key has an entry there is served from it without a forward, the others are computed
     and stored; the Run, and ``out``, are what computing every point gives. ``cache.served(run)``
-    names the points served. A folder that cannot be used is refused before the load."""
+    names the points served. A folder that cannot be used is refused before the load.
+    ``at_once``: up to this many points' passes stacked into one model call, within the batch
+    size (``engine/at_once.py``); recorded in run.json when above 1."""
     from .plan.write import check_out, check_targets, planned_files, write
 
     doc = read(document)
@@ -166,6 +168,9 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
                                    or batch_size < 1):
         raise EngineError("batch_size", f"{batch_size!r} is not a number of rows",
                           "give a positive integer, or leave it out for the whole batch")
+    if isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1:
+        raise EngineError("at_once", f"{at_once!r} is not a number of points",
+                          "give a positive integer (1: each point's forwards on their own)")
     if out is not None:
         out = Path(out)
         check_out(out)
@@ -186,10 +191,10 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
         from .cache.serve import run_cached
 
         return run_cached(store, doc, loaded, plan, engine=engine, out=out, batch_size=batch_size, data=data,
-                          share=share)
+                          share=share, at_once=at_once)
     # "ndif" is the nnterp engine with the session sent to NDIF: the only difference between
     # running here and there is the session's `remote` flag.
-    plan = loaded.execute(plan, remote=engine == "ndif", batch_size=batch_size)
+    plan = loaded.execute(plan, remote=engine == "ndif", batch_size=batch_size, at_once=at_once)
     # The record names the run's point, so open() calls an unswept run's one point what run() did.
     record = {**plan.provenance, "document": doc.name}
     ran = run_of(doc, engine, plan, out, record)

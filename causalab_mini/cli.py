@@ -150,7 +150,7 @@ def _cmd_run(args) -> int:
             ran = api.run(args.document, engine=args.engine, out=args.out, batch_size=args.batch_size,
                           models=args.models, data=args.data, device_map=args.device_map,
                           trust_remote_code=args.trust_remote_code, share=not args.no_share,
-                          cache=args.cache)
+                          cache=args.cache, at_once=args.at_once)
     except CausalabError as err:
         raise watch.refusal(err, args.out) from None
     finally:
@@ -270,6 +270,9 @@ def parser() -> argparse.ArgumentParser:
                    help="load a model whose directory or repository ships code of its own (runs that code)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--no-share", action="store_true", help=NO_SHARE)
+    p.add_argument("--at-once", type=int, default=1, metavar="N",
+                   help="stack up to N points' passes into one model call, rows x points within the batch "
+                        "size (default 1: each point its own call)")
     p.add_argument("--cache", metavar="DIR", help="a result cache folder (made if missing): points whose "
                    "results it holds for this model, engine, dtype, batch size and package are not computed "
                    "again; the files written are the same")

@@ -163,6 +163,9 @@ class PointItem(pytest.Item):
             warnings.warn_explicit(BaselineWarning(note), None, str(self.path), 0)
         baseline.record(self, verdict)  # for the session's baseline report, xdist or not
         report.record(self, ran)
+        served = [engine for engine in ran if state.served(self.path, self.valid.name, engine)]
+        if served:
+            self.user_properties.append((report.CACHED, ",".join(served)))
         if settings.report is not None:
             page.record(self, ran, checks, [*verdict.lines, *verdict.notes])
         failed = [c for c in checks if not c.ok]

@@ -39,6 +39,8 @@ def pytest_addoption(parser) -> None:
            action="append", metavar="DIR")
     option("causalab-device-map", "device map models load with; default cpu", metavar="MAP")
     option("causalab-batch-size", "rows per forward; default all", metavar="N")
+    option("causalab-cache", "a result cache folder (made if missing): a point whose results it holds for "
+           "this model, engine, dtype, batch size and package is not computed again", metavar="DIR")
     option("causalab-at-once", "a document's points stacked into one model call, rows x points within "
            "the batch size; default 1 (each point its own call)", metavar="N")
     option("causalab-out", "where each point's files are written; default a pytest tmp dir",
@@ -138,6 +140,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     if lines:
         terminalreporter.write_sep("=", "causalab baselines")
         for line in lines:
+            terminalreporter.write_line(line)
+    if state.settings.cache is not None:
+        terminalreporter.write_sep("=", "causalab cache")
+        for line in report.cache_lines(reports, state.settings.cache):
             terminalreporter.write_line(line)
     if state.settings.report is not None and not hasattr(config, "workerinput"):
         errors = [r for r in terminalreporter.stats.get("error", ()) if getattr(r, "when", None) is None]

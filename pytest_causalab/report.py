@@ -23,6 +23,21 @@ MEAN = "causalab.mean."
 COLUMN = "causalab.column."
 COORDS = "causalab.coords"
 INDEX = "causalab.index"
+CACHED = "causalab.cached"  # the engines whose results for the point the result cache gave
+
+
+def cache_lines(reports, folder) -> list:
+    """The end-of-session cache line: how many points the cache served (nothing computed), which."""
+    points = [r for r in reports if ENGINE in dict(getattr(r, "user_properties", ()) or ())]
+    served = [r.nodeid for r in points if CACHED in dict(r.user_properties)]
+    if not points:
+        return []
+    lines = [f"{len(served)} of {len(points)} points served from {folder} (not computed)"]
+    shown = served[:8]
+    lines += [f"  cached     {nodeid}" for nodeid in shown]
+    if len(served) > len(shown):
+        lines.append(f"  … and {len(served) - len(shown)} more")
+    return lines
 
 _ORDER = pytest.StashKey[dict]()
 

@@ -60,6 +60,7 @@ class Settings:
     aggregates: tuple[str, ...] = ()  # globs of documents stored as aggregates whatever the mode
     report: Optional[Path] = None  # the folder an HTML report of the session is written to
     at_once: int = 1  # a document's points stacked into one model call (engine/at_once.py)
+    cache: Optional[Path] = None  # a result cache folder: points whose results it holds are not computed
 
     def mode_for(self, document: Path, root: Path) -> str:
         """The baseline mode of one document: ``aggregates`` when a ``causalab_baseline_aggregates``
@@ -141,6 +142,19 @@ def _flag(config, name: str) -> bool:
     return bool(cli) if cli else bool(config.getini(name))
 
 
+def _folder(config, name: str) -> Optional[Path]:
+    """A folder option: from the command line relative to where pytest was invoked, from the ini
+    relative to the ini file; absolute either way, for xdist workers."""
+    cli = config.getoption(name, None)
+    if cli:
+        return (Path(config.invocation_params.dir) / cli).resolve()
+    ini = config.getini(name)
+    if not ini:
+        return None
+    base = Path(config.inipath).parent if config.inipath else Path(config.rootpath)
+    return (base / ini).resolve()
+
+
 def read_settings(config) -> Settings:
     out = _option(config, "causalab_out")
     report = _option(config, "causalab_report")
@@ -160,6 +174,7 @@ def read_settings(config) -> Settings:
         out=Path(out).resolve() if out else None,
         report=report,
         at_once=_number(config, "causalab_at_once", int, 1) or 1,
+        cache=_folder(config, "causalab_cache"),
         # Command line only: rewriting baselines is a decision for one run, not a setting.
         update=_choice(config, "causalab_update_baselines", UPDATES, None, ini=False, hint=_update_hint(config)),
         strict=_flag(config, "causalab_strict") or ci_is_set(os.environ.get("CI")),
@@ -209,6 +224,7 @@ class Session:
         self._selected: dict[Path, list] = {}
         self._together: dict[tuple, dict] = {}
         self._asked: dict[tuple, PendingPoint] = {}  # what pytest_causalab_modify_point made of each point
+        self._served: set = set()  # (path, point, engine) whose results the cache gave
 
     def select(self, items) -> None:
         """The session's point items, in run order: each document's points still to run, so the
@@ -297,18 +313,42 @@ class Session:
             if name not in names or not self._may_share():
                 return None
             names = [n for n in names if self._unchanged(doc, n, engine)]
+            if name in names and self.settings.cache is not None:
+                names = self._not_cached(doc, names, engine)  # a cached point is served alone, computing nothing
             if name not in names or len(names) < 2:
                 return None
+            loaded = self.engine(doc, engine)
             try:
-                runs = causalab_mini.run_points(doc, names, loaded=self.engine(doc, engine),
+                runs = causalab_mini.run_points(doc, names, loaded=loaded,
                                                 data=list(self.settings.data), batch_size=self.settings.batch_size,
                                                 out=lambda n: self._out(doc.path, engine, n),
                                                 at_once=self.settings.at_once)
             except Exception:  # noqa: BLE001 — each point runs alone and reports its own outcome
                 done.update((n, None) for n in names)
                 return None
+            if self.settings.cache is not None:
+                store = causalab_mini.cache.open_store(self.settings.cache, engine=engine)
+                for n, ran in runs.items():
+                    causalab_mini.cache.remember(store, doc.point(n), loaded, ran, data=list(self.settings.data))
             done.update(runs)
         return done.pop(name, None)
+
+    def _not_cached(self, doc, names: list, engine: str) -> list:
+        """The points among ``names`` the cache cannot serve (all of them if it cannot be read:
+        the point's own run then refuses with the reason)."""
+        try:
+            store = causalab_mini.cache.open_store(self.settings.cache, engine=engine)
+            subset = causalab_mini.Document(doc.raw, doc.path, tuple(p for p in doc.points if p.name in names))
+            held = causalab_mini.cache.hits(store, subset, self.engine(doc, engine), data=list(self.settings.data),
+                                            batch_size=self.settings.batch_size, at_once=self.settings.at_once)
+        except Exception:  # noqa: BLE001
+            return names
+        return [n for n in names if n not in held]
+
+    def served(self, path, name: Optional[str], engine: str) -> bool:
+        """Whether the point's results came from the cache (nothing computed) in this session."""
+        doc = self.document(path)
+        return (doc.path, point_name(doc.path, name), engine) in self._served
 
     def _may_share(self) -> bool:
         """Not on an xdist worker that may be given only some of a document's points (``-n`` without
@@ -329,7 +369,10 @@ class Session:
         ran = self._run_together(doc, name, engine) if name is not None else None
         if ran is None:
             ran = causalab_mini.run(single, loaded=loaded, data=list(self.settings.data),
-                                    out=self._out(doc.path, engine, shown), batch_size=pending.batch_size)
+                                    out=self._out(doc.path, engine, shown), batch_size=pending.batch_size,
+                                    cache=self.settings.cache, at_once=self.settings.at_once)
+            if causalab_mini.cache.served(ran):
+                self._served.add((doc.path, shown, engine))
         # What produced_by digests (the point's document without its header, defaults written out):
         # a baseline stores it so a changed experiment can say which fields changed.
         self._experiments[(doc.path, shown, engine)] = single.points[0].spec.canonical()

@@ -114,3 +114,28 @@ def test_at_once_in_a_session_stacks_a_documents_points(sweep):
     result = sweep.runpytest("--causalab-engine=hooks", "--causalab-at-once=0")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--causalab-at-once: '0' is below 1*"])
+
+
+def test_a_result_cache_serves_unchanged_points_and_computes_only_the_changed(sweep):
+    sweep.makeconftest(COUNTING)
+    first = sweep.runpytest("--causalab-engine=hooks", "--causalab-cache=cache", "--causalab-out=one")
+    first.assert_outcomes(passed=len(POINTS), warnings=len(POINTS))
+    assert _calls(sweep) == len(POINTS) + 1
+    first.stdout.fnmatch_lines([f"0 of {len(POINTS)} points served from *cache (not computed)"])
+    second = sweep.runpytest("--causalab-engine=hooks", "--causalab-cache=cache", "--causalab-out=two")
+    second.assert_outcomes(passed=len(POINTS))
+    assert _calls(sweep) == 0
+    second.stdout.fnmatch_lines([f"{len(POINTS)} of {len(POINTS)} points served from *cache (not computed)",
+                                 "  cached     grid.causalab.json::layers=0,pos=-4"])
+    assert _files(sweep.path / "two") == _files(sweep.path / "one")  # what a served point writes
+    # One point changed by a hook (its batch size, a key part): computed alone; the rest served.
+    sweep.makeconftest(COUNTING + """
+def pytest_causalab_modify_point(point, config):
+    if point.name == "layers=1,pos=-1":
+        point.batch_size = 7
+""")
+    third = sweep.runpytest("--causalab-engine=hooks", "--causalab-cache=cache")
+    third.assert_outcomes(passed=len(POINTS))
+    rows = cm.compile(LAYER_POS, share=False).points[0].steps["score"].rows
+    assert _calls(sweep) == 2 * -(-rows // 7)
+    third.stdout.fnmatch_lines([f"{len(POINTS) - 1} of {len(POINTS)} points served from *"])

@@ -18,7 +18,7 @@ A served point is like one opened from disk: ``results()``, ``saved()``, ``looku
 ``run.plan`` is the plan of the points that were computed (None when all were served).
 """
 from .key import FORMAT, CacheError, digest
-from .serve import keys, open_store, served
+from .serve import hits, keys, open_store, remember, served
 from .store import Entry, Store
 
-__all__ = ["CacheError", "Entry", "FORMAT", "Store", "digest", "keys", "open_store", "served"]
+__all__ = ["CacheError", "Entry", "FORMAT", "Store", "digest", "hits", "keys", "open_store", "remember", "served"]

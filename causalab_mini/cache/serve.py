@@ -78,15 +78,50 @@ def _keyed(doc, loaded, plan: Plan, *, data) -> list[_Keyed]:
     return out
 
 
-def keys(doc, loaded, *, batch_size: Optional[int] = None, data=None) -> dict[str, str]:
+def keys(doc, loaded, *, batch_size: Optional[int] = None, data=None, at_once: int = 1) -> dict[str, str]:
     """``{point name: key}`` of a read document (``cm.read``), as ``run(doc, loaded=loaded,
     batch_size=..., cache=...)`` looks its points up."""
     from ..engine import provenance
 
     model = keying.model_parts(loaded)
-    record = provenance.record(loaded, False, batch_size)
+    record = provenance.record(loaded, False, batch_size, at_once)
     plan = _compiled(doc, doc.points, loaded, data=data, share=True)
     return {k.name: keying.digest(k.parts(model, record)) for k in _keyed(doc, loaded, plan, data=data)}
+
+
+def hits(store: Store, doc, loaded, *, batch_size: Optional[int] = None, data=None, at_once: int = 1) -> list[str]:
+    """The points of a read document whose entries ``store`` holds, valid, for this run: what
+    ``run(..., cache=)`` would serve rather than compute."""
+    from ..engine import provenance
+
+    model = keying.model_parts(loaded)
+    record = provenance.record(loaded, False, batch_size, at_once)
+    plan = _compiled(doc, doc.points, loaded, data=data, share=True)
+    found = []
+    for k in _keyed(doc, loaded, plan, data=data):
+        parts = k.parts(model, record)
+        entry = store.get(keying.digest(parts), parts)
+        if entry is not None and list(entry.files) == _save_names(k.plan):
+            found.append(k.name)
+    return found
+
+
+def remember(store: Store, doc, loaded, ran: Run, *, data=None) -> bool:
+    """Store the one point of ``ran``, a run of ``doc`` (a point alone, ``doc.point(name)``)
+    computed without the cache — by ``run_points``, say — as ``run(..., cache=)`` stores it.
+    False when there was nothing storable (a metric with no eligible row)."""
+    plan = ran.plan
+    # Keyed on the point compiled alone: the run's own plan may borrow from a forward it shared.
+    (k,) = _keyed(doc, loaded, _compiled(doc, doc.points, loaded, data=data, share=False), data=data)
+    try:
+        files = _saved(plan)
+    except PlanError:
+        return False
+    scored = scored_in_plan(plan)
+    if not storable(scored):
+        return False
+    parts = k.parts(keying.model_parts(loaded), dict(plan.provenance))
+    return store.put(keying.digest(parts), parts, Entry(tuple(scored), files))
 
 
 def _save_names(point: Plan) -> list[str]:
@@ -100,13 +135,13 @@ def _saved(point: Plan) -> dict[str, bytes]:
 
 
 def run_cached(store: Store, doc, loaded, plan: Plan, *, engine: str, out: Optional[Path],
-               batch_size: Optional[int], data, share: bool) -> Run:
+               batch_size: Optional[int], data, share: bool, at_once: int = 1) -> Run:
     """``api.run``'s walk and write, through ``store`` (see the module's docstring)."""
     from ..engine import provenance
 
     model = keying.model_parts(loaded)
     keyed = _keyed(doc, loaded, plan, data=data)
-    record = provenance.record(loaded, False, batch_size)  # what execute will record (the run replaces it)
+    record = provenance.record(loaded, False, batch_size, at_once)  # what execute will record (it replaces it)
     hits: dict[str, Entry] = {}
     for k in keyed:
         parts = k.parts(model, record)
@@ -117,7 +152,7 @@ def run_cached(store: Store, doc, loaded, plan: Plan, *, engine: str, out: Optio
     executed, made = None, {}
     if needed:
         sub = plan if not hits else _compiled(doc, [k.valid for k in needed], loaded, data=data, share=share)
-        executed = loaded.execute(sub, remote=False, batch_size=batch_size)
+        executed = loaded.execute(sub, remote=False, batch_size=batch_size, at_once=at_once)
         record = dict(executed.provenance)  # stored under what the run recorded, not what was foreseen
         for k in needed:
             point = executed.steps[k.valid.name] if k.prefix else executed
