@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from . import documents, runner
-from .errors import EngineError, PlanError
+from .errors import PlanError
 from .plan.expect import Expectation
 from .results import Point, Run, Scored, Result, point_name, stem
 
@@ -145,6 +145,13 @@ def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", m
                               trust_remote_code=trust_remote_code, valid=doc.points)
 
 
+def check_run_options(batch_size: Optional[int], at_once: int) -> None:
+    """Refuse a batch size or an at_once that is not a positive integer, before anything loads."""
+    from .engine.steps import check_options
+
+    check_options(batch_size, at_once)
+
+
 def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, out=None,
         batch_size: Optional[int] = None, models=None, data=None, device_map: str = "cpu",
         trust_remote_code: bool = False, share: bool = True, cache=None, at_once: int = 1) -> Run:
@@ -164,13 +171,7 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     from .plan.write import check_out, check_targets, planned_files, write
 
     doc = read(document)
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                   or batch_size < 1):
-        raise EngineError("batch_size", f"{batch_size!r} is not a number of rows",
-                          "give a positive integer, or leave it out for the whole batch")
-    if isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1:
-        raise EngineError("at_once", f"{at_once!r} is not a number of points",
-                          "give a positive integer (1: each point's forwards on their own)")
+    check_run_options(batch_size, at_once)
     if out is not None:
         out = Path(out)
         check_out(out)

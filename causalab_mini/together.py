@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional, Union
 
 from . import api
-from .errors import EngineError, PlanError
+from .errors import PlanError
 from .results import Run
 
 OutFor = Union[None, str, Path, Callable[[str], Optional[Path]]]
@@ -41,13 +41,7 @@ def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str =
     for name in wanted - set(known):
         raise PlanError(f"point {name!r}", f"not in {doc.name}", f"points: {known}")
     chosen = tuple(p for p in doc.points if p.name in wanted)
-    if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
-                                   or batch_size < 1):
-        raise EngineError("batch_size", f"{batch_size!r} is not a number of rows",
-                          "give a positive integer, or leave it out for the whole batch")
-    if isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1:
-        raise EngineError("at_once", f"{at_once!r} is not a number of points",
-                          "give a positive integer (1: each point's forwards on their own)")
+    api.check_run_options(batch_size, at_once)
     outs = {p.name: _out_of(out, p.name) for p in chosen}
     for folder in filter(None, outs.values()):
         check_out(folder)

@@ -12,12 +12,12 @@ import math
 
 import pytest
 import torch
+from model_calls import counting_calls
 from paths import CORPUS, V2
 
 import causalab_mini as cm
 from causalab_mini.engine import at_once, taps
 
-from test_share import counting_calls
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -10,12 +10,12 @@ hold a cache is refused before anything loads or runs.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import threading
 
 import pytest
+from model_calls import counting_calls, folder_bytes as files
 from paths import DATA, MODELS, V2
 
 import causalab_mini as cm
@@ -30,22 +30,6 @@ LAYER_POS = V2 / "layer_pos_sweep.causalab.json"  # 6 points, sharing their coun
 PATCHING = V2 / "patching.causalab.json"  # unswept
 PROBE = V2 / "generate_probe.causalab.json"  # saves tensors
 SEARCH = dict(models=[MODELS], data=[DATA])  # for documents written outside documents/
-
-
-@contextlib.contextmanager
-def counting_calls(loaded):
-    """The number of times the model itself is called, by a pre-hook on the transformers model."""
-    model = getattr(loaded.model, "_model", loaded.model)  # nnterp wraps the transformers model
-    calls = []
-    handle = model.register_forward_pre_hook(lambda module, args: calls.append(1))
-    try:
-        yield calls
-    finally:
-        handle.remove()
-
-
-def files(folder) -> dict:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def rows(run) -> dict:

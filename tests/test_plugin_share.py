@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from model_calls import folder_bytes
 from paths import DATA, V2
 
 import causalab_mini as cm
@@ -51,10 +52,6 @@ def _calls(tester) -> int:
     return total
 
 
-def _files(folder) -> dict:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
 def test_a_sweeps_items_call_the_model_p_plus_one_times_and_write_what_each_point_alone_writes(
         sweep, engines, tmp_path):
     sweep.makeconftest(COUNTING)
@@ -66,7 +63,7 @@ def test_a_sweeps_items_call_the_model_p_plus_one_times_and_write_what_each_poin
     for name in POINTS:
         alone = tmp_path / name
         cm.run(doc.point(name), loaded=loaded, out=alone, data=[DATA])
-        assert _files(sweep.path / "out" / "grid" / "hooks" / name) == _files(alone)
+        assert folder_bytes(sweep.path / "out" / "grid" / "hooks" / name) == folder_bytes(alone)
     # The second session checks the baselines the first wrote: the same numbers, shared again.
     result = sweep.runpytest("--causalab-engine=hooks")
     result.assert_outcomes(passed=len(POINTS))
@@ -127,7 +124,7 @@ def test_a_result_cache_serves_unchanged_points_and_computes_only_the_changed(sw
     assert _calls(sweep) == 0
     second.stdout.fnmatch_lines([f"{len(POINTS)} of {len(POINTS)} points served from *cache (not computed)",
                                  "  cached     grid.causalab.json::layers=0,pos=-4"])
-    assert _files(sweep.path / "two") == _files(sweep.path / "one")  # what a served point writes
+    assert folder_bytes(sweep.path / "two") == folder_bytes(sweep.path / "one")  # what a served point writes
     # One point changed by a hook (its batch size, a key part): computed alone; the rest served.
     sweep.makeconftest(COUNTING + """
 def pytest_causalab_modify_point(point, config):

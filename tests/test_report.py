@@ -9,12 +9,12 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
 from paths import V2
+from report_page import ReportPage as Page
 
 import causalab_mini as cm
 from causalab_mini import cli, report
@@ -28,54 +28,6 @@ pytest_plugins = ["pytester"]
 
 LAYER_POS = V2 / "layer_pos_sweep.causalab.json"
 PATCHING = V2 / "patching.causalab.json"
-
-
-class Page(HTMLParser):
-    """The parts of a report page the tests read: every element's attributes by tag and class,
-    mean cells with their text, images, links."""
-
-    def __init__(self, text: str):
-        super().__init__()
-        self.means: list[dict] = []  # {point, result, value, text}
-        self.images: list[dict] = []
-        self.links: list[str] = []
-        self.sections: list[dict] = []
-        self.rows: list[dict] = []
-        self.checks: list[dict] = []
-        self.scripts = 0
-        self.external: list[str] = []  # src/href that would fetch over a network
-        self._cell = None
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        classes = (a.get("class") or "").split()
-        if tag == "td" and "mean" in classes and "data-value" in a:
-            self._cell = {"point": a["data-point"], "result": a["data-result"], "value": a["data-value"], "text": ""}
-        elif tag == "img":
-            self.images.append(a)
-        elif tag == "a":
-            self.links.append(a["href"])
-        elif tag == "section":
-            self.sections.append(a)
-        elif tag == "tr" and "point" in classes:
-            self.rows.append(a)
-        elif tag == "tr" and "check" in classes:
-            self.checks.append(a)
-        elif tag == "script":
-            self.scripts += 1
-        for key in ("src", "href"):
-            if a.get(key, "").startswith(("http:", "https:", "//")):
-                self.external.append(a[key])
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell["text"] += data
-
-    def handle_endtag(self, tag):
-        if tag == "td" and self._cell is not None:
-            self.means.append(self._cell)
-            self._cell = None
 
 
 def _png(src: str) -> bytes:

@@ -14,10 +14,10 @@ import json
 import shutil
 import subprocess
 import tempfile
-from html.parser import HTMLParser
 
 import pytest
 from paths import V2
+from report_page import ReportPage as Dom
 
 import causalab_mini as cm
 from causalab_mini import cli
@@ -37,42 +37,6 @@ PROBE = """<script>window.addEventListener("load", () => {
   document.body.dataset.loaded = images.filter(i => i.complete && i.naturalWidth > 0).length;
   document.body.dataset.natural = JSON.stringify(images.map(i => [i.naturalWidth, i.naturalHeight]));
 });</script>"""
-
-
-class Dom(HTMLParser):
-    """What the tests read from a page: <body>'s attributes, sections, figures, images, mean cells."""
-
-    def __init__(self, text: str):
-        super().__init__()
-        self.body: dict = {}
-        self.sections: list[dict] = []
-        self.figures: list[dict] = []
-        self.images: list[dict] = []
-        self.means: list[dict] = []  # {point, result, value, text}
-        self._cell = None
-        self.feed(text)
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "body":
-            self.body = a
-        elif tag == "section":
-            self.sections.append(a)
-        elif tag == "figure":
-            self.figures.append({**a, "section": self.sections[-1].get("data-document") if self.sections else None})
-        elif tag == "img":
-            self.images.append(a)
-        elif tag == "td" and "mean" in (a.get("class") or "").split() and "data-value" in a:
-            self._cell = {"point": a["data-point"], "result": a["data-result"], "value": a["data-value"], "text": ""}
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell["text"] += data
-
-    def handle_endtag(self, tag):
-        if tag == "td" and self._cell is not None:
-            self.means.append(self._cell)
-            self._cell = None
 
 
 @pytest.fixture(scope="module")

@@ -7,9 +7,8 @@ reads are freed as their last point finishes; ``explain`` shows the sharing.
 """
 from __future__ import annotations
 
-import contextlib
-
 import pytest
+from model_calls import counting_calls, folder_bytes
 from paths import CORPUS, DATA, MODELS, V2
 
 import causalab_mini as cm
@@ -21,10 +20,6 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 SWEPT = [p for p in CORPUS if len(cm.read(p).points) > 1]
 LAYER_POS = V2 / "layer_pos_sweep.causalab.json"
-
-
-def _files(folder) -> dict:
-    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def test_the_corpus_has_documents_that_share_and_ones_that_cannot():
@@ -40,22 +35,10 @@ def test_shared_and_plain_runs_write_the_same_bytes(engines, tmp_path, path, eng
     loaded = engines(path, engine)
     for share in (True, False):
         cm.run(path, loaded=loaded, out=tmp_path / str(share), share=share)
-    shared, plain = _files(tmp_path / "True"), _files(tmp_path / "False")
+    shared, plain = folder_bytes(tmp_path / "True"), folder_bytes(tmp_path / "False")
     assert list(shared) == list(plain)
     for name in plain:
         assert shared[name] == plain[name], name
-
-
-@contextlib.contextmanager
-def counting_calls(loaded):
-    """The number of times the model itself is called, by a pre-hook on the transformers model."""
-    model = getattr(loaded.model, "_model", loaded.model)  # nnterp wraps the transformers model
-    calls = []
-    handle = model.register_forward_pre_hook(lambda module, args: calls.append(1))
-    try:
-        yield calls
-    finally:
-        handle.remove()
 
 
 @pytest.mark.parametrize("engine", ["hooks", "nnterp"])

@@ -57,17 +57,22 @@ class State:
     borrowers: dict = field(default_factory=dict)  # shared read name -> points yet to run that borrow it
 
 
-def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State] = None, at_once: int = 1):
+def check_options(batch_size: Optional[int], at_once: int) -> None:
+    """Refuse a batch size or an at_once that is not a positive integer (before anything runs)."""
     if batch_size is not None and (isinstance(batch_size, bool) or not isinstance(batch_size, int)
                                    or batch_size < 1):
         raise EngineError("batch_size", f"{batch_size!r} is not a number of rows",
-                          "give a positive integer, or None for the whole batch")
-    if state is None:  # the walk starts: how many rows it will push through, for a bar's total
-        progress.announce_run(getattr(step, "name", ""), rows_in(step))
-    state = state or State()
+                          "give a positive integer, or leave it out for the whole batch")
     if isinstance(at_once, bool) or not isinstance(at_once, int) or at_once < 1:
         raise EngineError("at_once", f"{at_once!r} is not a number of points",
                           "give a positive integer (1: each point's forwards on their own)")
+
+
+def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State] = None, at_once: int = 1):
+    check_options(batch_size, at_once)
+    if state is None:  # the walk starts: how many rows it will push through, for a bar's total
+        progress.announce_run(getattr(step, "name", ""), rows_in(step))
+    state = state or State()
     if isinstance(step, Plan):
         points = [n for n, c in step.steps.items() if isinstance(c, Plan)]
         stacked = {g[0][0]: g for g in at_once_mod.groups(
