@@ -524,12 +524,12 @@ def test_a_swept_plan_refuses_an_ambiguous_result(tmp_path):
     iv(doc)["writes"]["patch"]["pos"] = {"sweep": [-1, -2]}
     root = compile_doc(doc, tmp_path)
     assert root.produced_by is None
-    assert list(root.steps) == ["pos=-1", "pos=-2"]
+    assert list(root.steps) == ["shared", "pos=-1", "pos=-2"]  # their counterfactual pass, run once
     assert [p.name for p in root.points] == ["pos=-1", "pos=-2"]
     digests = {p.produced_by for p in root.points}
     assert len(digests) == 2
     for value, point in enumerate(root.points):
-        assert point.steps["score"].forwards[1].writes[0].where.index == -1 - value
+        assert point.steps["score"].forwards[-1].writes[0].where.index == -1 - value
         point.steps["score"].results["iia"] = float(value)
     with pytest.raises(PlanError) as info:
         root.result("iia")

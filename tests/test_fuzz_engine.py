@@ -60,7 +60,8 @@ def engines() -> dict:
         if key in loaded or work(documents.compile_plan(raw, document=path, data=[DATA])) > WORK:
             continue
         loaded[key] = runner.load_engine(raw, engine="hooks", document=path, models=[MODELS])
-        plan = documents.compile_plan(raw, document=path, data=[DATA], facts=loaded[key])
+        # Unshared: one point run on its own holds every forward it needs.
+        plan = documents.compile_plan(raw, document=path, data=[DATA], facts=loaded[key], share=False)
         loaded[key].execute(plan.points[0])
     assert {k[0] for k in loaded} == {p.name for p in MODELS.iterdir() if p.is_dir()}
     return loaded

@@ -31,8 +31,9 @@ def pytest_causalab_model_loaded(key, engine, config):
     model.register_forward_pre_hook(lambda module, args: CALLS.append(1))
 
 def pytest_sessionfinish(session):
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    (session.config.rootpath / f"calls-{worker}.json").write_text(json.dumps(len(CALLS)))
+    # One file a process (the controller and each worker; the suite's own xdist worker name is
+    # inherited by all of them, so it cannot tell them apart).
+    (session.config.rootpath / f"calls-{os.getpid()}.json").write_text(json.dumps(len(CALLS)))
 """
 
 

@@ -375,6 +375,11 @@ def observe(engine, obs: Observe, state: State, *, batch_size: Optional[int] = N
 
 def prepare(engine, obs: Observe, state: State) -> Pass:
     """Resolve the pass's positions (its borrowed reads' records first, where their forward ran)."""
+    missing = [theirs for _, theirs in obs.borrowed if theirs not in state.shared]
+    if missing:
+        raise EngineError(obs.name, f"this pass borrows {missing[0]!r} from the root plan's shared step, "
+                          "which has not run", "run the root plan, or compile with share=False to run "
+                          "one point on its own")
     lent = {mine: state.shared[theirs] for mine, theirs in obs.borrowed}
     anchored = any(not op.where.fixed for op in (*(b.op for b in lent.values()),
                                                   *(op for f in obs.forwards for op in _ops(f))))
