@@ -1,0 +1,630 @@
+"""A patching sweep's cost, shared forwards against hand-written loops, side by side in one run.
+
+The workload: a 24-point residual interchange sweep (12 layers x positions -4 and -1;
+``block_output`` read on the counterfactual prompt at the swept layer and position, swapped
+into the base prompt at the same place; ``logit_diff`` and ``iia`` scored at the last position)
+over 32 rows, on two random Llamas built from a config (nothing is shipped or downloaded):
+
+- small: 12 layers x 32 wide, where the per-call overhead (Python, hooks, the engine's walk)
+  is most of a forward;
+- mid: 12 layers x 768 wide (about 85M parameters, counted and printed), where the
+  arithmetic is.
+
+The variants, each in its own process (so its peak memory is its own), warmed up on a
+2-point slice of the sweep, then taking turns for ``--rounds`` rounds (``--mid-rounds`` on
+the mid model, one by default: a round there is a few minutes of arithmetic on 2 cores):
+
+- minimal loop: per point, one unpatched counterfactual forward reading the activation with a
+  ``register_forward_hook``, then one patched forward: 2P forwards, the loop people write;
+- floor: one counterfactual forward with a hook on every layer the sweep reads, then one
+  patched forward per point: P + 1 forwards, the least this sweep can cost;
+- pyvene, when it imports: one ``IntervenableModel`` with a ``VanillaIntervention`` per point
+  on the same model (it runs the source forward on every call: 2P);
+- the hooks and the nnterp engine, each plain (``cm.run(doc, share=False)``: 2P forwards) and
+  shared (``share=True``, the default: the counterfactual forward the points run alike runs
+  once, P + 1);
+- the pytest plugin running the document as items (``--causalab-engine=hooks``), a fresh
+  pytest process per round as a user runs it, timed by a hook of this module's own from the
+  end of collection to the end of the session (the model's load, every item and the plugin's
+  writes; interpreter start and collection not).
+
+The hand-written variants get their prompts tokenized once, before timing (from the compiled
+plan: the same ids, mask and position ids the engines feed the model); the engines read and
+compile the document inside every timed run, as a user's ``cm.run`` does.
+
+How to read the table: ``median s`` is the median wall time of one whole sweep; ``x minimal``
+and ``x floor`` divide it by the minimal loop's and the floor's; ``forwards`` counts the
+transformers model's calls in one sweep (a forward pre-hook on the model, or a wrapper on its
+``forward`` where the variant hides the model or clears its hooks, as pyvene does); ``peak
+RSS`` is the process's ``ru_maxrss`` after its last round. Below each table, the largest
+per-row ``logit_diff`` difference of every variant against the minimal loop and of each
+engine's shared run against its plain run: these are asserted (within 1e-4), times never are.
+
+Then the sweep's size: a 100-, 500- and 1,000-point sweep on the small model (10 layers x 2
+positions x the ``t`` of a ``lerp`` write), compiled weightless (``cm.compile``: config and
+tokenizer only) and run shared on the hooks engine; flat per-point columns mean nothing in
+compiling, sharing or walking grows faster than the number of points.
+
+PyTorch runs single-threaded by default (``--threads``): on a machine whose cores other jobs
+share, several threads wait on each other and the figures become the scheduler's.
+
+    python benchmarks/sweep.py                  # everything (about 10 minutes on 2 idle cores)
+    python benchmarks/sweep.py --quick          # one round, the 100-point scale run only
+    python benchmarks/sweep.py --sizes small    # skip the mid model
+    python benchmarks/sweep.py --profile --sizes mid   # cProfile of one shared hooks sweep
+"""
+from __future__ import annotations
+
+import argparse
+import glob
+import importlib.util
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run as a script from anywhere: the checkout's package
+
+LAYERS = 12
+POSITIONS = (-4, -1)  # the day's last token on every row, and the answer position
+ROWS = 32
+SIZES = {  # width, heads, MLP width (Llama's 8/3 ratio for mid)
+    "small": (32, 4, 128),
+    "mid": (768, 12, 2048),
+}
+ENGINES = ("hooks-plain", "hooks-shared", "nnterp-plain", "nnterp-shared")
+HAND = ("minimal", "floor", "pyvene")
+TOLERANCE = 1e-4  # per-row logit_diff; the variants make the same float32 calls
+SCALE_POINTS = {100: 5, 500: 25, 1000: 50}  # points -> values of t (x 10 layers x 2 positions)
+
+
+# --- the workload -------------------------------------------------------------------------------
+
+def document(layers: int, lerp_ts=None) -> dict:
+    """The sweep as a document: ``layers`` x ``POSITIONS`` points, swap; with ``lerp_ts``, a lerp
+    write swept over those ``t`` as a third axis (the scale runs)."""
+    pos = {"sweep": list(POSITIONS), "as": "pos"}
+    write = {"site": "target", "pos": pos, "mechanism": "swap", "operand": "v_cf"}
+    if lerp_ts:
+        write.update(mechanism="lerp", params={"t": {"sweep": list(lerp_ts), "as": "t"}})
+    return {
+        "model": {"key": "model", "dtype": "fp32"},
+        "roles": {"base": {"field": "input"}, "counterfactual": {"field": "counterfactual_inputs[0]"}},
+        "sites": {"target": {"component": "block_output", "layers": [{"sweep": {"range": [0, layers]}}]},
+                  "head": {"component": "lm_head"}},
+        "interventions": {"patching": {
+            "reads": {"v_cf": {"site": "target", "pos": pos, "model": "original", "input": "counterfactual"},
+                      "logits": {"site": "head", "pos": -1, "model": "patched", "input": "base"}},
+            "writes": {"patch": write},
+            "models": {"patched": {"input": "base", "writes": ["patch"]}},
+            "metrics": {"iia": {"kind": "match", "of": "logits", "expected": "cf_answer"},
+                        "logit_diff": {"kind": "logit_diff", "of": "logits", "a": "cf_answer",
+                                       "b": "base_answer"}}}},
+        "steps": {"score": {"kind": "observe", "interventions": "patching",
+                            "rows": {"base": "bench/rows", "counterfactual": "bench/rows"},
+                            # What the pytest variant's values are read back from; a cm.run
+                            # without out= writes nothing.
+                            "saves": [{"value": "logit_diff", "file_path": "logit_diff.json"},
+                                      {"value": "iia", "file_path": "iia.json"}]}},
+    }
+
+
+def build(directory: Path, size: str) -> int:
+    """A random Llama of ``size``, the 32-row dataset and the documents, under ``directory``;
+    returns the model's parameter count."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+    from transformers.utils import logging
+
+    logging.disable_progress_bar()  # save_pretrained's bar would break up the table
+
+    tok = AutoTokenizer.from_pretrained(REPO / "documents" / "models" / "tiny-llama")
+    width, heads, mlp = SIZES[size]
+    config = LlamaConfig(hidden_size=width, intermediate_size=mlp, num_hidden_layers=LAYERS,
+                         num_attention_heads=heads, num_key_value_heads=heads, vocab_size=len(tok),
+                         pad_token_id=tok.pad_token_id, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id)
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    model.save_pretrained(directory / "models" / "model", safe_serialization=True)
+    tok.save_pretrained(directory / "models" / "model")
+    rows = []
+    for split in ("train", "test"):
+        text = (REPO / "documents" / "data" / "weekdays_full" / f"{split}.jsonl").read_text()
+        rows += [line for line in text.splitlines() if line.strip()]
+    (directory / "data" / "bench").mkdir(parents=True)
+    (directory / "data" / "bench" / "rows.jsonl").write_text("\n".join(rows[:ROWS]) + "\n")
+    (directory / "sweep.causalab.json").write_text(json.dumps(document(LAYERS)))
+    # The warm-up: the same code paths on two points (which share a counterfactual forward).
+    (directory / "warmup.causalab.json").write_text(json.dumps(document(1)))
+    for points, n in SCALE_POINTS.items():
+        ts = [round((i + 1) / n, 6) for i in range(n)]
+        (directory / f"scale{points}.causalab.json").write_text(json.dumps(document(10, ts)))
+    return sum(p.numel() for p in model.parameters())
+
+
+# --- the hand-written variants ------------------------------------------------------------------
+
+def hidden_of(output):
+    """A decoder layer's hidden states (older families return a tuple)."""
+    return output[0] if isinstance(output, tuple) else output
+
+
+def replaced(output, hidden):
+    return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
+
+
+def prepared(directory: Path, doc: Path) -> list[dict]:
+    """Per point, what a hand-written loop needs: the two forwards' model inputs, the layer and
+    position, and the logit_diff's token ids. The plan (share=False) is only the tokenizer here."""
+    from causalab_mini import api
+    from causalab_mini.engine import taps
+    from causalab_mini.plan.plan import Plan
+
+    plan = api.compile(doc, engine="hooks", models=[directory / "models"], data=[directory / "data"],
+                       share=False)
+    points = []
+    for name, point in plan.steps.items():
+        if not isinstance(point, Plan):
+            continue
+        obs = point.steps["score"]
+        cf, base = obs.forwards
+        (read,) = cf.reads
+        (metric,) = [m for m in obs.metrics if m.kind == "logit_diff"]
+        points.append({"name": name, "layer": read.address.layer, "index": read.where.index,
+                       "cf": taps.model_inputs(cf, "cpu"), "base": taps.model_inputs(base, "cpu"),
+                       "cf_ids": cf.ids, "ids": metric.token_ids, "eligible": metric.column_eligible})
+    return points
+
+
+def logit_diffs(logits, point) -> list:
+    """Per row, logit[a] - logit[b] at the last position (None where the metric excludes the row)."""
+    (a, b), last = point["ids"], logits[:, -1]
+    return [float(last[r, a[r]] - last[r, b[r]]) if ok else None for r, ok in enumerate(point["eligible"])]
+
+
+def patched_forward(model, point, value):
+    """The base forward with ``value`` swapped in at the point's layer and position."""
+    index = point["index"]
+
+    def patch(_module, _args, output):
+        hidden = hidden_of(output).clone()
+        hidden[:, index] = value
+        return replaced(output, hidden)
+
+    handle = model.model.layers[point["layer"]].register_forward_hook(patch)
+    try:
+        return model(**point["base"]).logits
+    finally:
+        handle.remove()
+
+
+def minimal_sweep(model, points) -> dict:
+    """Per point: the counterfactual forward read by a hook, then the patched forward."""
+    import torch
+
+    out = {}
+    with torch.no_grad():
+        for point in points:
+            saved = {}
+            index = point["index"]
+            handle = model.model.layers[point["layer"]].register_forward_hook(
+                lambda m, a, o: saved.__setitem__("v", hidden_of(o)[:, index].clone()))
+            try:
+                model(**point["cf"])
+            finally:
+                handle.remove()
+            out[point["name"]] = logit_diffs(patched_forward(model, point, saved["v"]), point)
+    return out
+
+
+def floor_sweep(model, points) -> dict:
+    """One counterfactual forward reading every (layer, position) the sweep needs, then one
+    patched forward per point."""
+    import torch
+
+    if len({p["cf_ids"] for p in points}) != 1:  # the floor holds only when every point reads one prompt set
+        raise AssertionError("the points' counterfactual forwards differ: there is no single forward to share")
+    wanted: dict[int, set] = {}
+    for p in points:
+        wanted.setdefault(p["layer"], set()).add(p["index"])
+    saved: dict = {}
+
+    def reader(layer):
+        def read(_module, _args, output):
+            for index in wanted[layer]:
+                saved[layer, index] = hidden_of(output)[:, index].clone()
+        return read
+
+    out = {}
+    with torch.no_grad():
+        handles = [model.model.layers[layer].register_forward_hook(reader(layer)) for layer in wanted]
+        try:
+            model(**points[0]["cf"])
+        finally:
+            for h in handles:
+                h.remove()
+        for point in points:
+            value = saved[point["layer"], point["index"]]
+            out[point["name"]] = logit_diffs(patched_forward(model, point, value), point)
+    return out
+
+
+def pyvene_sweep(model, points) -> dict:
+    """pyvene's own loop: an IntervenableModel per point (it is built for one site), the source
+    forward run inside every call. Its positions are absolute, so -k is counted from each batch's
+    (left-padded) length."""
+    import pyvene as pv
+    import torch
+
+    out = {}
+    with torch.no_grad():
+        for point in points:
+            config = pv.IntervenableConfig(
+                representations=[{"layer": point["layer"], "component": "block_output", "unit": "pos",
+                                  "max_number_of_units": 1}],
+                intervention_types=pv.VanillaIntervention)
+            wrapped = pv.IntervenableModel(config, model)
+            rows, cf_len = point["base"]["input_ids"].shape[0], point["cf"]["input_ids"].shape[1]
+            base_len = point["base"]["input_ids"].shape[1]
+            where = ([[[cf_len + point["index"]]] * rows], [[[base_len + point["index"]]] * rows])
+            _, patched = wrapped(point["base"], [point["cf"]], unit_locations={"sources->base": where})
+            out[point["name"]] = logit_diffs(patched.logits, point)
+    return out
+
+
+# --- one variant in its own process -------------------------------------------------------------
+
+class Counter:
+    """Calls of the transformers model: a forward pre-hook where the model keeps its hooks, a
+    wrapper on the instance's ``forward`` where a variant clears them (pyvene does, every call)."""
+
+    def __init__(self, model, wrap: bool = False):
+        self.n = 0
+        if wrap:
+            inner = model.forward
+
+            def counted(*args, **kwargs):
+                self.n += 1
+                return inner(*args, **kwargs)
+            model.forward = counted
+        else:
+            model.register_forward_pre_hook(self._count)
+
+    def _count(self, _module, _args):
+        self.n += 1
+
+    def take(self) -> int:
+        n, self.n = self.n, 0
+        return n
+
+
+def hand_variant(name: str, directory: Path):
+    """(sweep(doc) -> values, counter) for a hand-written variant; None if pyvene does not import."""
+    if name == "pyvene":
+        try:
+            importlib.import_module("pyvene")
+        except Exception as err:  # noqa: BLE001 - any failure to import is "not available here"
+            return None, f"{type(err).__name__}: {err}"
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(directory / "models" / "model").eval().requires_grad_(False)
+    counter = Counter(model, wrap=name == "pyvene")
+    loop = {"minimal": minimal_sweep, "floor": floor_sweep, "pyvene": pyvene_sweep}[name]
+    # Tokenized once, before any timing: a hand-written loop's inputs are ready before its loop.
+    plans = {doc: prepared(directory, doc) for doc in documents(directory)}
+
+    def sweep(doc: Path) -> dict:
+        return loop(model, plans[doc])
+    return (sweep, counter), None
+
+
+def documents(directory: Path) -> tuple[Path, Path]:
+    """(the warm-up, the sweep)."""
+    return directory / "warmup.causalab.json", directory / "sweep.causalab.json"
+
+
+def engine_variant(name: str, directory: Path):
+    """(sweep(doc) -> values, counter) for an engine, plain or shared."""
+    import causalab_mini as cm
+
+    engine, mode = name.split("-")
+    loaded = cm.load(directory / "sweep.causalab.json", engine=engine, models=[directory / "models"])
+    counter = Counter(loaded.model if engine == "hooks" else loaded.model._model)
+
+    def sweep(doc: Path) -> dict:
+        ran = cm.run(doc, loaded=loaded, data=[directory / "data"], share=mode == "shared")
+        return {p.name: [r["value"] for r in p.result("logit_diff").rows] for p in ran.points}
+    return (sweep, counter), None
+
+
+def variant(name: str, directory: Path, threads: int) -> None:
+    """Load, warm up, then one timed sweep per "go" line from the parent; JSON lines back."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)  # whatever a library prints goes to stderr, never into the protocol
+    import torch
+
+    torch.set_num_threads(threads)
+    made, why = (hand_variant if name in HAND else engine_variant)(name, directory)
+    if made is None:
+        print(json.dumps({"skip": why}), file=proto)
+        return
+    sweep, counter = made
+    warmup, doc = documents(directory)
+    # Warm-up: first-call costs (allocator, nnsight parsing sources) are not the steady state.
+    sweep(warmup)
+    counter.take()
+    print(json.dumps({"ready": True}), file=proto)
+    for _ in sys.stdin:  # one "go" per round, so the variants take turns
+        start = time.perf_counter()
+        values = sweep(doc)
+        seconds = time.perf_counter() - start
+        print(json.dumps({"seconds": seconds, "forwards": counter.take(), "values": values,
+                          "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), file=proto)
+
+
+# --- the pytest plugin variant ------------------------------------------------------------------
+# Loaded into the pytest process with ``-p sweep`` (this file on PYTHONPATH): these hooks time the
+# session from the end of collection to its end, and count the model's calls by wrapping the
+# Llama class's forward (the plugin's engines are not reachable from outside).
+
+_CLOCK: dict = {}
+
+
+def pytest_configure(config) -> None:
+    if "SWEEP_BENCH_REPORT" not in os.environ:
+        return
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.set_num_threads(int(os.environ.get("SWEEP_BENCH_THREADS", "1")))
+    inner = LlamaForCausalLM.forward
+    _CLOCK["forwards"] = 0
+
+    def counted(self, *args, **kwargs):
+        _CLOCK["forwards"] += 1
+        return inner(self, *args, **kwargs)
+    LlamaForCausalLM.forward = counted
+
+
+def pytest_collection_finish(session) -> None:
+    _CLOCK["start"] = time.perf_counter()
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    if "SWEEP_BENCH_REPORT" not in os.environ or "start" not in _CLOCK:
+        return
+    Path(os.environ["SWEEP_BENCH_REPORT"]).write_text(json.dumps({
+        "seconds": time.perf_counter() - _CLOCK["start"], "forwards": _CLOCK["forwards"],
+        "exitstatus": int(exitstatus), "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+
+
+def plugin_round(directory: Path, threads: int, k: int) -> dict:
+    """One fresh pytest process over the sweep document; its values read back from --causalab-out."""
+    report, out = directory / f"pytest{k}.json", directory / f"pytest-out{k}"
+    env = {**os.environ, "SWEEP_BENCH_REPORT": str(report), "SWEEP_BENCH_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+    env.pop("CI", None)  # a local run: the temporary document has no committed baseline to hold it to
+    cmd = [sys.executable, "-m", "pytest", "sweep.causalab.json", "--causalab-engine=hooks", "-p", "no:cacheprovider",
+           "-p", "sweep", "-q", f"--causalab-models={directory / 'models'}", f"--causalab-data={directory / 'data'}",
+           f"--causalab-out={out}", f"--basetemp={directory / f'pytest-tmp{k}'}"]
+    done = subprocess.run(cmd, cwd=directory, env=env, capture_output=True, text=True)
+    if not report.exists() or done.returncode != 0:
+        raise RuntimeError(f"pytest variant failed (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    result = json.loads(report.read_text())
+    result["values"] = {Path(f).parent.name: [r["value"] for r in json.loads(Path(f).read_text())]
+                        for f in glob.glob(str(out / "**" / "logit_diff.json"), recursive=True)}
+    return result
+
+
+# --- the parent: build, take turns, print ---------------------------------------------------------
+
+def start(name: str, directory: Path, threads: int, logs: dict):
+    logs[name] = open(directory / f"{name}.log", "w")
+    return subprocess.Popen([sys.executable, __file__, "--variant", name, "--dir", str(directory),
+                             "--threads", str(threads)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[name], text=True)
+
+
+def answer(proc, name: str, directory: Path) -> dict:
+    line = proc.stdout.readline()
+    if not line:
+        log = (directory / f"{name}.log").read_text()
+        raise RuntimeError(f"variant {name} ended without answering; its stderr:\n{log[-4000:]}")
+    return json.loads(line)
+
+
+def measure(directory: Path, names: list, rounds: int, threads: int) -> tuple[dict, dict]:
+    """Every variant's rounds: (name -> list of round results, name -> why it was skipped)."""
+    logs: dict = {}
+    procs = {n: start(n, directory, threads, logs) for n in names}
+    skipped = {}
+    for n in names:  # every variant loaded and warmed up before any round is timed
+        first = answer(procs[n], n, directory)
+        if "skip" in first:
+            skipped[n] = first["skip"]
+            procs.pop(n).wait()
+    results: dict = {n: [] for n in [*procs, "pytest"]}
+    for k in range(rounds):
+        for n, proc in procs.items():  # one at a time: the variants never compete for the cores
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            results[n].append(answer(proc, n, directory))
+        results["pytest"].append(plugin_round(directory, threads, k))
+    for proc in procs.values():
+        proc.stdin.close()
+        proc.wait()
+    for log in logs.values():
+        log.close()
+    return results, skipped
+
+
+def max_difference(a: dict, b: dict) -> float:
+    """The largest per-row |a - b| over every point; rows excluded in both are skipped."""
+    if a.keys() != b.keys():
+        raise AssertionError(f"different points: {sorted(a)[:3]}... vs {sorted(b)[:3]}...")
+    worst = 0.0
+    for point in a:
+        for x, y in zip(a[point], b[point], strict=True):
+            if (x is None) != (y is None):
+                raise AssertionError(f"{point}: a row excluded by one variant and not the other")
+            if x is not None:
+                worst = max(worst, abs(x - y))
+    return worst
+
+
+LABELS = {"minimal": "minimal loop (2P)", "floor": "floor (P+1)", "pyvene": "pyvene",
+          "hooks-plain": "hooks, plain", "hooks-shared": "hooks, shared", "nnterp-plain": "nnterp, plain",
+          "nnterp-shared": "nnterp, shared", "pytest": "pytest plugin (hooks)"}
+
+
+def report(size: str, params: int, results: dict, skipped: dict, rounds: int, threads: int) -> None:
+    width, _, mlp = SIZES[size]
+    print(f"\n{size}: random Llama, {LAYERS} layers x {width} wide (MLP {mlp}), {params / 1e6:.2f}M parameters; "
+          f"{LAYERS * len(POSITIONS)} points x {ROWS} rows; {threads} torch thread(s); median of {rounds} round(s)")
+    print(f"  {'variant':<24}{'median s':>10}{'x minimal':>11}{'x floor':>9}{'forwards':>10}{'peak RSS MiB':>14}")
+    medians = {n: statistics.median(r["seconds"] for r in rs) for n, rs in results.items()}
+    for n in LABELS:
+        if n in skipped or n not in results:
+            why = skipped.get(n, "")
+            text = ("not installed (pip install pyvene to compare)" if n == "pyvene" and "No module" in why
+                    else f"skipped: {why}")
+            print(f"  {LABELS[n]:<24}{text}")
+            continue
+        last = results[n][-1]
+        print(f"  {LABELS[n]:<24}{medians[n]:>10.3f}{medians[n] / medians['minimal']:>11.2f}"
+              f"{medians[n] / medians['floor']:>9.2f}{last['forwards']:>10}{last['peak_mib']:>14.0f}")
+    print("  pytest: a fresh process per round, timed from the end of collection to the end of the session "
+          "(model load, every item, the plugin's writes)")
+    values = {n: rs[-1]["values"] for n, rs in results.items()}
+    pairs = [(f"{e}: shared vs plain", f"{e}-shared", f"{e}-plain") for e in ("hooks", "nnterp")]
+    pairs += [(f"{LABELS[n]} vs minimal loop", n, "minimal") for n in LABELS if n in values and n != "minimal"]
+    print("  max |logit_diff difference| per row:")
+    for label, a, b in pairs:
+        diff = max_difference(values[a], values[b])
+        print(f"    {label:<40}{diff:.3g}")
+        assert diff <= TOLERANCE, f"{size}: {label} differ by {diff}"
+
+
+# --- the sweep's size -----------------------------------------------------------------------------
+
+def scale(directory: Path, threads: int, sizes: list) -> None:
+    """In its own process: compile (weightless) and run (hooks, shared) each scale document."""
+    proto = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    import torch
+
+    import causalab_mini as cm
+
+    torch.set_num_threads(threads)
+    models, data = [directory / "models"], [directory / "data"]
+    loaded = cm.load(directory / "sweep.causalab.json", engine="hooks", models=models)
+    counter = Counter(loaded.model)
+    cm.run(directory / "warmup.causalab.json", loaded=loaded, data=data)
+    counter.take()
+    for points in sizes:
+        doc = directory / f"scale{points}.causalab.json"
+        start_ = time.perf_counter()
+        plan = cm.compile(doc, engine="hooks", models=models, data=data)
+        compiled = time.perf_counter() - start_
+        start_ = time.perf_counter()
+        ran = cm.run(doc, loaded=loaded, data=data)
+        seconds = time.perf_counter() - start_
+        assert len(ran.points) == points == sum(1 for s in plan.steps if "=" in s)
+        print(json.dumps({"points": points, "compile": compiled, "run": seconds, "forwards": counter.take(),
+                          "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}), file=proto)
+
+
+def report_scale(directory: Path, threads: int, sizes: list) -> None:
+    print("\nsweep size, small model: 10 layers x 2 positions x t of a lerp write; compile weightless "
+          "(cm.compile), run shared on hooks (cm.run, its compile included)")
+    print(f"  {'points':>7}{'compile s':>11}{'ms/point':>10}{'run s':>9}{'ms/point':>10}{'forwards':>10}"
+          f"{'peak RSS MiB':>14}")
+    with open(directory / "scale.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, __file__, "--variant", "scale", "--dir", str(directory),
+                                 "--threads", str(threads), "--scale", ",".join(map(str, sizes))],
+                                stdout=subprocess.PIPE, stderr=log, text=True)
+        for _ in sizes:
+            r = answer(proc, "scale", directory)
+            p = r["points"]
+            print(f"  {p:>7}{r['compile']:>11.2f}{1000 * r['compile'] / p:>10.2f}{r['run']:>9.2f}"
+                  f"{1000 * r['run'] / p:>10.2f}{r['forwards']:>10}{r['peak_mib']:>14.0f}", flush=True)
+        proc.wait()
+
+
+# --- a profile of the shared hooks run --------------------------------------------------------------
+
+def profile(directory: Path, threads: int) -> None:
+    """One shared hooks sweep under cProfile (after the warm-up): where its time goes."""
+    import cProfile
+    import pstats
+
+    import torch
+
+    torch.set_num_threads(threads)
+    (sweep, _), _ = engine_variant("hooks-shared", directory)
+    sweep(directory / "warmup.causalab.json")
+    prof = cProfile.Profile()
+    prof.enable()
+    sweep(directory / "sweep.causalab.json")
+    prof.disable()
+    stats = pstats.Stats(prof, stream=sys.stdout)
+    print(f"\nprofile: one shared hooks sweep on {directory.name}, by own time")
+    stats.sort_stats("tottime").print_stats(15)
+    print("profile: by cumulative time")
+    stats.sort_stats("cumulative").print_stats(25)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds on the small model (default 3)")
+    parser.add_argument("--mid-rounds", type=int, default=1,
+                        help="timed rounds on the mid model (default 1: each takes minutes on 2 cores)")
+    parser.add_argument("--quick", action="store_true", help="one round per size, the 100-point scale run only")
+    parser.add_argument("--sizes", default="small,mid", help="comma-separated: small, mid")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    parser.add_argument("--profile", action="store_true", help="only: cProfile one shared hooks sweep per size")
+    parser.add_argument("--variant", help=argparse.SUPPRESS)
+    parser.add_argument("--dir", help=argparse.SUPPRESS)
+    parser.add_argument("--scale", help=argparse.SUPPRESS)
+    opts = parser.parse_args(argv)
+    if opts.variant == "scale":
+        scale(Path(opts.dir), opts.threads, [int(p) for p in opts.scale.split(",")])
+        return 0
+    if opts.variant:
+        variant(opts.variant, Path(opts.dir), opts.threads)
+        return 0
+    with tempfile.TemporaryDirectory(prefix="sweep-bench-") as tmp:
+        if opts.profile:
+            for size in opts.sizes.split(","):
+                build(Path(tmp) / size, size)
+                profile(Path(tmp) / size, opts.threads)
+            return 0
+        print(f"load average before: {load()} (other work on the cores makes every figure slower and noisier)")
+        names = ["minimal", "floor", *(["pyvene"] if importlib.util.find_spec("pyvene") else []), *ENGINES]
+        for size in opts.sizes.split(","):
+            directory = Path(tmp) / size
+            params = build(directory, size)
+            rounds = 1 if opts.quick else (opts.mid_rounds if size == "mid" else opts.rounds)
+            results, skipped = measure(directory, names, rounds, opts.threads)
+            if "pyvene" not in names:
+                skipped["pyvene"] = "No module named 'pyvene'"
+            report(size, params, results, skipped, rounds, opts.threads)
+        if "small" in opts.sizes.split(","):
+            report_scale(Path(tmp) / "small", opts.threads, [100] if opts.quick else list(SCALE_POINTS))
+        print(f"\nload average after: {load()}")
+    return 0
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) + f" (1, 5, 15 min) on {os.cpu_count()} cores"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
