@@ -61,8 +61,8 @@ def _section(document: str, name: str, found: list, state, root: Path):
         if point is not None:
             points.append(point)
     run = Run(path, state.settings.engines[0], points, record={"document": stem(path)})
-    section = report.section_of(run, name=name, source=document)
-    section.points, section.engine = rows, state.settings.engine
+    section = report.section_of(run, name=name, source=document, rows=rows)
+    section.engine = state.settings.engine
     if not points:
         section.description, section.model = _document_facts(path, state)
     return section

@@ -4,7 +4,6 @@ the folders it is given (``causalab-mini report OUT_DIR...``); the pytest plugin
 with ``point_row`` and adds what only it knows (the pytest outcome, baseline drift)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -40,19 +39,19 @@ def document_facts(point) -> tuple[str, str]:
         spec = spec_of(point)
     except PlanError:
         return "", ""
-    raw = point.plan.document if point.plan is not None else None
-    if raw is None and point.out is not None and (Path(point.out) / "document.json").is_file():
-        raw = json.loads((Path(point.out) / "document.json").read_text(encoding="utf-8"))
-    description = ((raw or {}).get("header") or {}).get("description", "")
-    return str(description or ""), spec.model.key
+    return spec.header.description, spec.model.key
 
 
-def section_of(run, *, name: Optional[str] = None, source: Optional[str] = None) -> Section:
-    """A run's section: every point with its means, expectation verdicts and files; its figures."""
+def section_of(run, *, name: Optional[str] = None, source: Optional[str] = None,
+               rows: Optional[list] = None) -> Section:
+    """A run's section: every point with its means, expectation verdicts and files; its figures.
+    ``rows``: the points' rows when the caller has them already (the pytest plugin, whose rows
+    carry pytest's own outcomes and checks), so the expectations are not checked a second time."""
     from ..checks import verdicts
 
-    checks = verdicts(run) if run.points else []
-    rows = [point_row(p, checks=[c for c in checks if c.point == p.name]) for p in run.points]
+    if rows is None:
+        checks = verdicts(run) if run.points else []
+        rows = [point_row(p, checks=[c for c in checks if c.point == p.name]) for p in run.points]
     description, model = document_facts(run.points[0]) if run.points else ("", "")
     shown = name or (run.record or {}).get("document") or (Path(run.out).name if run.out else "run")
     pictures, notes = figures(run)
