@@ -43,6 +43,7 @@ _HOME = {
     "weights_digest": ".engine.loading",
     "write_atomic": ".files",
     "run_points": ".together",
+    "run_together": ".together",
     "CacheError": ".cache",
     "label": ".plan.sweep",
     "plot": ".plots",
@@ -55,7 +56,7 @@ _MODULES = ("vocab", "shapes", "errors", "report", "cache")
 __all__ = [
     # the pipeline
     "read", "points", "compile", "load", "run", "open", "Document", "resolve_model", "weights_digest",
-    "expectation", "write_atomic", "family_layout", "position_cut", "plot", "run_points",
+    "expectation", "write_atomic", "family_layout", "position_cut", "plot", "run_points", "run_together",
     # results
     "Run", "Point", "Result", "Grid",
     # verdicts: results held to expectations and references

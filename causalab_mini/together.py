@@ -1,11 +1,14 @@
-"""Several points of a swept document, each as ``run(doc.point(name))`` gives it, computed in one walk.
+"""Points run together, each handed back exactly as running it alone gives it.
 
 A test session runs a document's points as separate items, each expecting the point's own
 ``Run`` and its own folder — exactly what running ``doc.point(name)`` alone gives. Run alone,
 though, every point also runs the forwards it shares with the others (the counterfactual pass
-of a patching sweep). ``run_points`` compiles the chosen points together, so those forwards run
-once (``plan/share.py``), then hands each point back as its own run: the same ``Run``, the same
-files, byte for byte, as the point run alone.
+of a patching sweep), and documents on one model often read the same clean prompts too.
+``run_points`` (some points of one document) and ``run_together`` (points of several documents
+on one loaded model) compile the chosen points together, so those forwards run once
+(``plan/share.py``: a forward with the same model, rows and reads is the same computation
+whichever document asked for it), then hand each point back as its own run: the same ``Run``,
+the same files, byte for byte, as the point run alone.
 """
 from __future__ import annotations
 
@@ -18,6 +21,8 @@ from .errors import PlanError
 from .results import Run
 
 OutFor = Union[None, str, Path, Callable[[str], Optional[Path]]]
+# run_together's folders: (document, point name or None for an unswept document) -> folder or None
+OutOf = Optional[Callable[[object, Optional[str]], Optional[Path]]]
 
 
 def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str = "nnterp", loaded=None,
@@ -30,44 +35,87 @@ def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str =
     are stacked into one model call (each point's run.json then records it). The rest as ``run``'s. Everything that
     can refuse does so before the first forward; a failure of one point fails the call (run the
     points one by one to tell them apart)."""
-    from .plan.write import check_out, check_targets, planned_files, write
-
     doc = api.read(document)
     if len(doc.points) == 1 and doc.points[0].name is None:
         raise PlanError("run_points", f"{doc.name} is not swept: it has one point",
                         "run it with causalab_mini.run")
-    known = [p.name for p in doc.points]
-    wanted = set(known if names is None else names)
-    for name in wanted - set(known):
-        raise PlanError(f"point {name!r}", f"not in {doc.name}", f"points: {known}")
-    chosen = tuple(p for p in doc.points if p.name in wanted)
     api.check_run_options(batch_size, at_once)
-    outs = {p.name: _out_of(out, p.name) for p in chosen}
-    for folder in filter(None, outs.values()):
-        check_out(folder)
     if loaded is None:
+        _chosen(doc, names)  # an unknown point is refused before the model loads
         loaded = api.load(doc, engine=engine, models=models, device_map=device_map,
                           trust_remote_code=trust_remote_code)
-    engine = loaded.name
-    plan = api.compile(api.Document(doc.raw, doc.path, chosen), loaded=loaded, data=data, share=share)
-    for name, folder in outs.items():
-        if folder is not None:
-            check_targets(folder, planned_files(_alone(plan, name)))
-    plan = loaded.execute(plan, remote=engine == "ndif", batch_size=batch_size, at_once=at_once)
-    runs = {}
-    for p in chosen:
-        single, root, folder = doc.point(p.name), _alone(plan, p.name), outs[p.name]
-        record = {**plan.provenance, "document": single.name}  # as run() records the point alone
-        ran = api.run_of(single, engine, root, folder, record)
-        if folder is not None:
-            ran.files = write(root, folder, record)
-        runs[p.name] = ran
+    (runs,) = run_together([(doc, names)], loaded=loaded, out=lambda _doc, name: _out_of(out, name),
+                           batch_size=batch_size, data=data, share=share, at_once=at_once)
     return runs
 
 
-def _alone(plan, name: str):
+def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[int] = None, data=None,
+                 share: bool = True, at_once: int = 1) -> list[dict]:
+    """Points of several documents on one loaded model, computed in one walk.
+
+    ``selections``: ``[(document, names)]`` — a document (path, dict or ``Document``) and the
+    names of its points to run (None: all of them; an unswept document's one point is named
+    None). Returns, in the same order, ``{name: Run}`` per document, each run equal to running
+    that point alone (``run(doc.point(name))``, or ``run(doc)`` unswept), its files byte for byte
+    when ``out(document, name)`` gives it a folder. A forward that points of different documents
+    run identically — the same model on the same token ids, unwritten — runs once for all of
+    them. Every document is run on ``loaded``, as ``run(loaded=...)`` runs it: group documents by
+    the model they name. Everything that can refuse does so before the first forward."""
+    from .plan.plan import Plan
+    from .plan.share import share as share_forwards
+    from .plan.write import check_out, check_targets, planned_files, write
+
+    api.check_run_options(batch_size, at_once)
+    engine = loaded.name
+    chosen = [(doc, _chosen(doc, names)) for doc, names in ((api.read(d), n) for d, n in selections)]
+    outs = {(i, p.name): out(doc, p.name) if out is not None else None
+            for i, (doc, points) in enumerate(chosen) for p in points}
+    for folder in filter(None, outs.values()):
+        check_out(folder)
+    children: dict = {}
+    for i, (doc, points) in enumerate(chosen):
+        plan = api.compile(api.Document(doc.raw, doc.path, points), loaded=loaded, data=data, share=False)
+        for p in points:
+            # A point is keyed by its document's place in the call: two documents may share names.
+            children[_key(i, p.name)] = plan if p.name is None else plan.steps[p.name]
+    root = Plan(name="<root>", steps=children, document=None, produced_by=None)
+    for (i, name), folder in outs.items():
+        if folder is not None:
+            check_targets(folder, planned_files(_alone(root, _key(i, name))))
+    plan = loaded.execute(share_forwards(root) if share else root, remote=engine == "ndif",
+                          batch_size=batch_size, at_once=at_once)
+    runs: list[dict] = []
+    for i, (doc, points) in enumerate(chosen):
+        mine = {}
+        for p in points:
+            single = doc if p.name is None else doc.point(p.name)
+            alone, folder = _alone(plan, _key(i, p.name)), outs[(i, p.name)]
+            record = {**plan.provenance, "document": single.name}  # as run() records the point alone
+            ran = api.run_of(single, engine, alone, folder, record)
+            if folder is not None:
+                ran.files = write(alone, folder, record)
+            mine[p.name] = ran
+        runs.append(mine)
+    return runs
+
+
+def _chosen(doc, names) -> tuple:
+    """The document's points named in ``names`` (None: all), in the document's order."""
+    known = [p.name for p in doc.points]
+    wanted = set(known if names is None else names)
+    for name in wanted - set(known):
+        shown = known if known != [None] else "none: it is not swept (name its point None)"
+        raise PlanError(f"point {name!r}", f"not in {doc.name}", f"points: {shown}")
+    return tuple(p for p in doc.points if p.name in wanted)
+
+
+def _key(index: int, name: Optional[str]) -> str:
+    return f"{index}:{'' if name is None else name}"
+
+
+def _alone(plan, key: str):
     """A point's sub-plan as the root plan of its point run alone: the same steps and results."""
-    return replace(plan.steps[name], name="<root>", coords=(), provenance=plan.provenance)
+    return replace(plan.steps[key], name="<root>", coords=(), provenance=plan.provenance)
 
 
 def _out_of(out: OutFor, name: str) -> Optional[Path]:

@@ -227,12 +227,13 @@ class Session:
         self._served: set = set()  # (path, point, engine) whose results the cache gave
 
     def select(self, items) -> None:
-        """The session's point items, in run order: each document's points still to run, so the
-        first of them runs the forwards they share once for all of them (``run_points``)."""
+        """The session's point items, in run order: the points still to run, per document, so the
+        first of a model's items runs the forwards its points share — within a document and across
+        the model's documents — once for all of them (``run_together``)."""
         self._selected = {}
         for item in items:
             valid = getattr(item, "valid", None)
-            if valid is not None and valid.name is not None:
+            if valid is not None:  # an unswept document's one point is named None
                 self._selected.setdefault(Path(item.path).resolve(), []).append(valid.name)
 
     # --- documents, models, plans ---------------------------------------------------------
@@ -300,38 +301,75 @@ class Session:
         valid = next(p for p in doc.points if p.name == name)
         return pending.document == valid.document and pending.batch_size == self.settings.batch_size
 
-    def _run_together(self, doc: causalab_mini.Document, name: str, engine: str) -> Optional[Run]:
-        """The point's run, computed together with the document's other selected points that have
-        not run yet (the forwards they share, once); None when it runs alone: a hook changed it,
-        it is the only one left, this is an xdist worker that may not get the others, or running
-        them together failed (each then runs alone and reports its own outcome)."""
-        key = (doc.path, engine)
-        done = self._together.setdefault(key, {})
+    def _run_together(self, doc: causalab_mini.Document, name: Optional[str], engine: str) -> Optional[Run]:
+        """The point's run, computed together with the other selected points on the same model that
+        have not run yet — of this document and of the model's other documents — so the forwards
+        they share run once; None when it runs alone: a hook changed it, it is the only one left,
+        this is an xdist worker that may not get the others, or running them together failed
+        (the document's own points are then tried together, and failing that each runs alone
+        and reports its own outcome)."""
+        done = self._together.setdefault((doc.path, engine), {})
         if name not in done:
-            names = [n for n in self._selected.get(doc.path, []) if n not in done
-                     and (doc.path, point_name(doc.path, n), engine) not in self._points]
-            if name not in names or not self._may_share():
+            if not self._may_share():
                 return None
-            names = [n for n in names if self._unchanged(doc, n, engine)]
-            if name in names and self.settings.cache is not None:
-                names = self._not_cached(doc, names, engine)  # a cached point is served alone, computing nothing
-            if name not in names or len(names) < 2:
+            group = self._group(doc, engine)
+            if name not in group.get(doc.path, ()):
                 return None
-            loaded = self.engine(doc, engine)
-            try:
-                runs = causalab_mini.run_points(doc, names, loaded=loaded,
-                                                data=list(self.settings.data), batch_size=self.settings.batch_size,
-                                                out=lambda n: self._out(doc.path, engine, n),
-                                                at_once=self.settings.at_once)
-            except Exception:  # noqa: BLE001 — each point runs alone and reports its own outcome
-                done.update((n, None) for n in names)
-                return None
-            if self.settings.cache is not None:
-                store = causalab_mini.cache.open_store(self.settings.cache, engine=engine)
-                for n, ran in runs.items():
-                    causalab_mini.cache.remember(store, doc.point(n), loaded, ran, data=list(self.settings.data))
-            done.update(runs)
+            mine = {doc.path: group[doc.path]}
+            for candidate in ([group, mine] if len(group) > 1 else [mine]):
+                if sum(map(len, candidate.values())) < 2:
+                    continue
+                runs = self._together_runs(candidate, engine)
+                if runs is not None:
+                    for path, ran in runs.items():
+                        self._together.setdefault((path, engine), {}).update(ran)
+                    break
+            else:
+                done.update((n, None) for n in group[doc.path])
         return done.pop(name, None)
+
+    def _group(self, doc: causalab_mini.Document, engine: str) -> dict:
+        """{path: point names} of the selected points still to run on ``doc``'s model (its key: the
+        same checkpoint, revision, dtype and load), this document first; those a hook changed and
+        those the cache holds are left out (each runs alone)."""
+        key = self.model_key(doc, engine)
+        group: dict = {}
+        for path in sorted(self._selected, key=lambda p: p != doc.path):
+            try:
+                other = self.document(path)
+                if self.model_key(other, engine) != key:
+                    continue
+                done = self._together.get((path, engine), {})
+                names = [n for n in self._selected[path] if n not in done
+                         and (path, point_name(path, n), engine) not in self._points
+                         and self._unchanged(other, n, engine)]
+                if names and self.settings.cache is not None:
+                    names = self._not_cached(other, names, engine)  # a cached point is served alone
+            except Exception:  # noqa: BLE001 — a document that cannot be read runs (and fails) alone
+                continue
+            if names:
+                group[path] = names
+        return group
+
+    def _together_runs(self, group: dict, engine: str) -> Optional[dict]:
+        """{path: {name: Run}} for ``group`` run in one walk (``causalab_mini.run_together``), each
+        stored in the cache when there is one; None if running them together failed."""
+        docs = [self.document(path) for path in group]
+        loaded = self.engine(docs[0], engine)
+        try:
+            runs = causalab_mini.run_together(
+                [(doc, group[doc.path]) for doc in docs], loaded=loaded, data=list(self.settings.data),
+                batch_size=self.settings.batch_size, at_once=self.settings.at_once,
+                out=lambda doc, n: self._out(doc.path, engine, point_name(doc.path, n)))
+        except Exception:  # noqa: BLE001 — the caller tries a smaller group, then each point alone
+            return None
+        if self.settings.cache is not None:
+            store = causalab_mini.cache.open_store(self.settings.cache, engine=engine)
+            for doc, ran in zip(docs, runs):
+                for n, run in ran.items():
+                    single = doc if n is None else doc.point(n)
+                    causalab_mini.cache.remember(store, single, loaded, run, data=list(self.settings.data))
+        return {doc.path: ran for doc, ran in zip(docs, runs)}
 
     def _not_cached(self, doc, names: list, engine: str) -> list:
         """The points among ``names`` the cache cannot serve (all of them if it cannot be read:
@@ -343,7 +381,7 @@ class Session:
                                             batch_size=self.settings.batch_size, at_once=self.settings.at_once)
         except Exception:  # noqa: BLE001
             return names
-        return [n for n in names if n not in held]
+        return [n for n in names if (doc.name if n is None else n) not in held]  # unswept: held by its name
 
     def served(self, path, name: Optional[str], engine: str) -> bool:
         """Whether the point's results came from the cache (nothing computed) in this session."""
@@ -366,7 +404,7 @@ class Session:
             single = causalab_mini.read(pending.document, path=doc.path)
         else:
             single = doc.point(name) if name is not None else doc
-        ran = self._run_together(doc, name, engine) if name is not None else None
+        ran = self._run_together(doc, name, engine)
         if ran is None:
             ran = causalab_mini.run(single, loaded=loaded, data=list(self.settings.data),
                                     out=self._out(doc.path, engine, shown), batch_size=pending.batch_size,

@@ -137,3 +137,47 @@ def pytest_causalab_modify_point(point, config):
     rows = cm.compile(LAYER_POS, share=False).points[0].steps["score"].rows
     assert _calls(sweep) == 2 * -(-rows // 7)
     third.stdout.fnmatch_lines([f"{len(POINTS) - 1} of {len(POINTS)} points served from *"])
+
+
+def test_documents_on_one_model_share_the_clean_forward_they_all_read(tester, engines, tmp_path):
+    """Three documents whose points all read the counterfactual prompts unpatched: the session
+    runs that pass once for the three (``cm.run_together``), and each item still writes exactly
+    what its point writes alone."""
+    names = ("patching", "pos_sweep", "head_patching")
+    for name in names:
+        doc = json.loads((V2 / f"{name}.causalab.json").read_text())
+        doc["header"]["expect"] = []
+        (tester.path / f"{name}.causalab.json").write_text(json.dumps(doc, indent=1))
+    points = {name: [p.name for p in cm.read(tester.path / f"{name}.causalab.json").points] for name in names}
+    total = sum(map(len, points.values()))
+    tester.makeconftest(COUNTING)
+    result = tester.runpytest("--causalab-engine=hooks", "--causalab-out=out")
+    result.assert_outcomes(passed=total, warnings=total)
+    assert _calls(tester) == total + 1
+    loaded = engines(LAYER_POS, "hooks")
+    for name, inside in points.items():
+        doc = cm.read(tester.path / f"{name}.causalab.json")
+        for point in inside:
+            single, shown = (doc, name) if point is None else (doc.point(point), point)
+            alone = tmp_path / name / shown
+            cm.run(single, loaded=loaded, out=alone, data=[DATA], share=False)
+            assert folder_bytes(tester.path / "out" / name / "hooks" / shown) == folder_bytes(alone)
+    # One document selected: it shares within itself only.
+    result = tester.runpytest("--causalab-engine=hooks", "pos_sweep.causalab.json")
+    result.assert_outcomes(passed=len(points["pos_sweep"]))
+    assert _calls(tester) == len(points["pos_sweep"]) + 1
+
+
+def test_a_document_that_cannot_compile_leaves_the_others_sharing(tester):
+    good = json.loads((V2 / "pos_sweep.causalab.json").read_text())
+    good["header"]["expect"] = []
+    bad = json.loads(json.dumps(good))
+    bad["sites"]["target"]["layers"] = [99]  # past the model's layers: a compile-time refusal
+    (tester.path / "good.causalab.json").write_text(json.dumps(good))
+    (tester.path / "bad.causalab.json").write_text(json.dumps(bad))
+    points = len(cm.read(tester.path / "good.causalab.json").points)
+    tester.makeconftest(COUNTING)
+    result = tester.runpytest("--causalab-engine=hooks")
+    result.assert_outcomes(passed=points, failed=points, warnings=points)
+    result.stdout.fnmatch_lines(["*sites.target.layers*"])
+    assert _calls(tester) == points + 1

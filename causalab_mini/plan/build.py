@@ -8,7 +8,7 @@ returns is strings, integers and tuples.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -38,6 +38,17 @@ class Context:
     document_dir: Path
     engine: str = "nnterp"
     share: bool = True  # run the forwards sweep points share once (share.py); False: each point its own
+    # Tokenizations made for one point, kept for the others: a sweep's points read the same rows
+    # through the same tokenizer (``facts`` holds it for as long as this context lives), so a
+    # 1,000-point sweep encodes each prompt and answer once, not once per point.
+    tokenized: dict = field(default_factory=dict, repr=False)  # (rendered rows, path) -> Tokenized
+    answers: dict = field(default_factory=dict, repr=False)  # answer text -> its token ids
+
+    def tokenize(self, rendered: list, path: str) -> Tokenized:
+        key = (tuple(rendered), path)
+        if key not in self.tokenized:
+            self.tokenized[key] = tokenize_rows(self.facts.tokenizer, rendered, path=path)
+        return self.tokenized[key]
 
 
 def build(raw: dict, points, ctx: Context) -> Plan:
@@ -77,7 +88,6 @@ class _PointCompiler:
         self.spec, self.ctx, self.addresses = spec, ctx, addresses
         self.tok = ctx.facts.tokenizer
         self.published: dict[str, Optional[int]] = {}  # output name -> width (None: not an operand)
-        self._answers: dict[str, tuple[int, ...]] = {}  # answer text -> its tokens (fits ask per update)
         self.spaces = {n: self._space(n) for n in spec.featurizers}
 
     # --- featurizers -------------------------------------------------------
@@ -222,7 +232,7 @@ class _PointCompiler:
             rendered = [render_row(self.tok, data_mod.get_field(ds.rows[i], field, path=f"roles.{role}.field",
                                                                 row_index=i), f"roles.{role}.field", i)
                         for i in rows]
-            texts[role] = tokenize_rows(self.tok, rendered, path=f"roles.{role}.field")
+            texts[role] = self.ctx.tokenize(rendered, f"roles.{role}.field")
         forwards = tuple(self._forward(ipath, iv, model, role, loaded, rows, texts[role])
                          for model, role in _schedule(ipath, iv, self.addresses))
         self._check_operands(ipath, iv, forwards)
@@ -430,10 +440,12 @@ class _PointCompiler:
         return self.tok.convert_ids_to_tokens(token_id)
 
     def _answer(self, value, path: str) -> tuple[int, ...]:
+        # Only successes are kept, and they do not depend on ``path``: a refusal is made afresh
+        # and names the field that asked.
         key = str(value)
-        if key not in self._answers:
-            self._answers[key] = answer_tokens(self.tok, value, path=path)
-        return self._answers[key]
+        if key not in self.ctx.answers:
+            self.ctx.answers[key] = answer_tokens(self.tok, value, path=path)
+        return self.ctx.answers[key]
 
 
 def _contrast(name: str, metric, iv) -> tuple[Optional[str], Optional[str]]:

@@ -33,8 +33,9 @@ def shareable(forward: Forward) -> bool:
 
 def _identity(forward: Forward) -> tuple:
     """What makes two forwards the same computation (their reads aside)."""
-    return (forward.model, forward.input, forward.dataset, forward.ids, forward.mask, forward.texts,
-            forward.segments)
+    # A chat's segments are dicts (turn -> character span): made hashable, as the key must be.
+    segments = None if forward.segments is None else tuple(tuple(sorted(s.items())) for s in forward.segments)
+    return (forward.model, forward.input, forward.dataset, forward.ids, forward.mask, forward.texts, segments)
 
 
 def _read_identity(read) -> tuple:
