@@ -30,7 +30,6 @@ test: $(STAMP)
 # The benchmarks, one after the other in one recipe (never side by side under -j: they time the
 # cores); each prints its variants side by side and asserts no time.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/engines.py
 	$(BIN)/python benchmarks/charmap.py
 	$(BIN)/python benchmarks/featurizers.py
 	$(BIN)/python benchmarks/sweep.py

@@ -20,13 +20,15 @@ the mid model, one by default: a round there is a few minutes of arithmetic on 2
   patched forward per point: P + 1 forwards, the least this sweep can cost;
 - pyvene, when it imports: one ``IntervenableModel`` with a ``VanillaIntervention`` per point
   on the same model (it runs the source forward on every call: 2P);
-- the hooks and the nnterp engine, each plain (``cm.run(doc, share=False)``: 2P forwards) and
+- the hooks and the nnterp engine, each plain (``cm.run(doc, share=False)``: 2P forwards),
   shared (``share=True``, the default: the counterfactual forward the points run alike runs
-  once, P + 1);
+  once, P + 1) and shared + at_once (``at_once=8``: eight points' patched passes stacked into
+  one call of 8 x 32 rows, 1 + P/8 calls);
 - the pytest plugin running the document as items (``--causalab-engine=hooks``), a fresh
   pytest process per round as a user runs it, timed by a hook of this module's own from the
   end of collection to the end of the session (the model's load, every item and the plugin's
-  writes; interpreter start and collection not).
+  writes; interpreter start and collection not), and again from the end of the model's load
+  (``pytest_causalab_model_loaded``) — the plugin's own cost beside the engine's.
 
 The hand-written variants get their prompts tokenized once, before timing (from the compiled
 plan: the same ids, mask and position ids the engines feed the model); the engines read and
@@ -78,7 +80,8 @@ SIZES = {  # width, heads, MLP width (Llama's 8/3 ratio for mid)
     "small": (32, 4, 128),
     "mid": (768, 12, 2048),
 }
-ENGINES = ("hooks-plain", "hooks-shared", "nnterp-plain", "nnterp-shared")
+ENGINES = ("hooks-plain", "hooks-shared", "hooks-at_once", "nnterp-plain", "nnterp-shared", "nnterp-at_once")
+AT_ONCE = 8  # points per stacked call in the at_once mode: 24 points in 3 calls, 256 rows each
 HAND = ("minimal", "floor", "pyvene")
 TOLERANCE = 1e-4  # per-row logit_diff; the variants make the same float32 calls
 SCALE_POINTS = {100: 5, 500: 25, 1000: 50}  # points -> values of t (x 10 layers x 2 positions)
@@ -331,15 +334,16 @@ def documents(directory: Path) -> tuple[Path, Path]:
 
 
 def engine_variant(name: str, directory: Path):
-    """(sweep(doc) -> values, counter) for an engine, plain or shared."""
+    """(sweep(doc) -> values, counter) for an engine: plain, shared, or shared + at_once."""
     import causalab_mini as cm
 
     engine, mode = name.split("-")
     loaded = cm.load(directory / "sweep.causalab.json", engine=engine, models=[directory / "models"])
     counter = Counter(loaded.model if engine == "hooks" else loaded.model._model)
+    at_once = AT_ONCE if mode == "at_once" else 1
 
     def sweep(doc: Path) -> dict:
-        ran = cm.run(doc, loaded=loaded, data=[directory / "data"], share=mode == "shared")
+        ran = cm.run(doc, loaded=loaded, data=[directory / "data"], share=mode != "plain", at_once=at_once)
         return {p.name: [r["value"] for r in p.result("logit_diff").rows] for p in ran.points}
     return (sweep, counter), None
 
@@ -397,11 +401,16 @@ def pytest_collection_finish(session) -> None:
     _CLOCK["start"] = time.perf_counter()
 
 
+def pytest_causalab_model_loaded(key, engine, config) -> None:
+    _CLOCK["loaded"] = time.perf_counter()
+
+
 def pytest_sessionfinish(session, exitstatus) -> None:
     if "SWEEP_BENCH_REPORT" not in os.environ or "start" not in _CLOCK:
         return
     Path(os.environ["SWEEP_BENCH_REPORT"]).write_text(json.dumps({
         "seconds": time.perf_counter() - _CLOCK["start"], "forwards": _CLOCK["forwards"],
+        "after_load": time.perf_counter() - _CLOCK["loaded"],
         "exitstatus": int(exitstatus), "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
@@ -456,7 +465,9 @@ def measure(directory: Path, names: list, rounds: int, threads: int) -> tuple[di
             proc.stdin.write("go\n")
             proc.stdin.flush()
             results[n].append(answer(proc, n, directory))
-        results["pytest"].append(plugin_round(directory, threads, k))
+        plugin = plugin_round(directory, threads, k)
+        results["pytest"].append(plugin)
+        results.setdefault("pytest-items", []).append({**plugin, "seconds": plugin["after_load"]})
     for proc in procs.values():
         proc.stdin.close()
         proc.wait()
@@ -480,8 +491,10 @@ def max_difference(a: dict, b: dict) -> float:
 
 
 LABELS = {"minimal": "minimal loop (2P)", "floor": "floor (P+1)", "pyvene": "pyvene",
-          "hooks-plain": "hooks, plain", "hooks-shared": "hooks, shared", "nnterp-plain": "nnterp, plain",
-          "nnterp-shared": "nnterp, shared", "pytest": "pytest plugin (hooks)"}
+          "hooks-plain": "hooks, plain", "hooks-shared": "hooks, shared",
+          "hooks-at_once": f"hooks, at_once={AT_ONCE}", "nnterp-plain": "nnterp, plain",
+          "nnterp-shared": "nnterp, shared", "nnterp-at_once": f"nnterp, at_once={AT_ONCE}",
+          "pytest": "pytest plugin (hooks)", "pytest-items": "  after the model load"}
 
 
 def report(size: str, params: int, results: dict, skipped: dict, rounds: int, threads: int) -> None:
@@ -501,10 +514,13 @@ def report(size: str, params: int, results: dict, skipped: dict, rounds: int, th
         print(f"  {LABELS[n]:<24}{medians[n]:>10.3f}{medians[n] / medians['minimal']:>11.2f}"
               f"{medians[n] / medians['floor']:>9.2f}{last['forwards']:>10}{last['peak_mib']:>14.0f}")
     print("  pytest: a fresh process per round, timed from the end of collection to the end of the session "
-          "(model load, every item, the plugin's writes)")
+          "(model load, every item, the plugin's writes); 'after the model load': the same session from "
+          "the end of the load")
     values = {n: rs[-1]["values"] for n, rs in results.items()}
     pairs = [(f"{e}: shared vs plain", f"{e}-shared", f"{e}-plain") for e in ("hooks", "nnterp")]
-    pairs += [(f"{LABELS[n]} vs minimal loop", n, "minimal") for n in LABELS if n in values and n != "minimal"]
+    pairs += [(f"{e}: at_once vs shared", f"{e}-at_once", f"{e}-shared") for e in ("hooks", "nnterp")]
+    pairs += [(f"{LABELS[n]} vs minimal loop", n, "minimal") for n in LABELS
+              if n in values and n not in ("minimal", "pytest-items")]
     print("  max |logit_diff difference| per row:")
     for label, a, b in pairs:
         diff = max_difference(values[a], values[b])

@@ -16,7 +16,7 @@ import threading
 
 import pytest
 from model_calls import counting_calls, folder_bytes as files
-from paths import DATA, MODELS, V2
+from paths import CORPUS, DATA, MODELS, V2
 
 import causalab_mini as cm
 from causalab_mini import CacheError, cache, cli
@@ -72,6 +72,22 @@ def test_a_second_run_computes_nothing_and_writes_the_same_bytes(engines, tmp_pa
         [(p.name, p.coords, p.produced_by, p.engine) for p in plain.points]
     assert second.grid("iia", "layers", "pos").values == plain.grid("iia", "layers", "pos").values
     assert rows(cm.open(tmp_path / "second")) == rows(cm.open(tmp_path / "plain"))
+
+
+@pytest.mark.parametrize("engine", ["hooks", "nnterp"])
+@pytest.mark.parametrize("path", CORPUS, ids=lambda p: f"{p.parent.name}/{p.name.split('.')[0]}")
+def test_every_corpus_document_is_served_with_the_bytes_computing_it_writes(engines, tmp_path, path, engine):
+    """A run that stores, and a run that is served, write what a run without a cache writes; the
+    served run calls the model for none of the document's points."""
+    loaded = engines(path, engine)
+    plain = cm.run(path, loaded=loaded, out=tmp_path / "plain")
+    stored = cm.run(path, loaded=loaded, out=tmp_path / "stored", cache=tmp_path / "cache")
+    with counting_calls(loaded) as calls:
+        again = cm.run(path, loaded=loaded, out=tmp_path / "served", cache=tmp_path / "cache")
+    assert served(stored) == [] and served(again) == [p.name for p in plain.points]
+    assert calls == []
+    assert files(tmp_path / "plain") == files(tmp_path / "stored") == files(tmp_path / "served")
+    assert rows(again) == rows(plain)
 
 
 def test_without_out_a_hit_gives_the_same_results(engines, tmp_path):

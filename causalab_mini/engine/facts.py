@@ -179,3 +179,29 @@ class ModelFacts:
             full_width=full, width=0 if keyed else len(columns) if columns is not None else full,
             columns=columns,
         )
+
+
+class AnswersFromFacts:
+    """The compile-time members an engine answers from its model's ``ModelFacts`` (``self._facts``),
+    the same on every engine: the plan compiles against a loaded engine exactly as against the
+    config and tokenizer alone. ``locate`` stays each engine's own (its refusals differ)."""
+
+    _facts: ModelFacts
+
+    @property
+    def num_layers(self) -> int:
+        return self._facts.num_layers
+
+    @property
+    def context_length(self):
+        return self._facts.context_length
+
+    def width(self, component: str) -> int:
+        return self._facts.width(component)
+
+    def heads(self, component: str) -> int:
+        return self._facts.heads(component)
+
+    @property
+    def tokenizer(self):
+        return self._facts.tokenizer

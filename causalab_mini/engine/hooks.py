@@ -20,7 +20,7 @@ from typing import ClassVar
 from ..errors import EngineError
 from . import loading, provenance, standardize, steps, taps
 from .base import Engine
-from .facts import ModelFacts
+from .facts import AnswersFromFacts, ModelFacts
 from .families import INPUT
 
 
@@ -83,7 +83,7 @@ def _hook(module, where, tap, forward, values, featurizers, project, step):
     return module.register_forward_hook(hook)
 
 
-class HooksEngine(Engine):
+class HooksEngine(AnswersFromFacts, Engine):
     name: ClassVar[str] = "hooks"
 
     def __init__(self, model, facts: ModelFacts) -> None:
@@ -147,24 +147,6 @@ class HooksEngine(Engine):
         address = self._facts.locate(site, path=path, engine=self.name)
         self._module(address)  # found now, so a module the layout misplaces is refused at compile time
         return address
-
-    @property
-    def num_layers(self) -> int:
-        return self._facts.num_layers
-
-    @property
-    def context_length(self):
-        return self._facts.context_length
-
-    def width(self, component: str) -> int:
-        return self._facts.width(component)
-
-    def heads(self, component: str) -> int:
-        return self._facts.heads(component)
-
-    @property
-    def tokenizer(self):
-        return self._facts.tokenizer
 
     # --- run time -----------------------------------------------------------------------------
 

@@ -60,7 +60,7 @@ from ..errors import CausalabError, CompileError, EngineError, ModelError, Unsup
 from ..plan import plan as plan_module
 from . import loading, provenance, steps, taps
 from . import standardize
-from .facts import ModelFacts
+from .facts import AnswersFromFacts, ModelFacts
 from .families import INPUT
 
 # The call whose arguments are q, k and v after reshape and rotary, matched on the source
@@ -145,7 +145,7 @@ class _Point:
         return self.inner(self.envoy) if self.inner is not None else self.envoy
 
 
-class NNterpEngine:
+class NNterpEngine(AnswersFromFacts):
     name = "nnterp"
 
     def __init__(self, model, facts: ModelFacts):
@@ -217,24 +217,6 @@ class NNterpEngine:
         return cls(model, facts)
 
     # --- compile-time members ---------------------------------------------------
-    @property
-    def num_layers(self) -> int:
-        return self._facts.num_layers
-
-    @property
-    def context_length(self):
-        return self._facts.context_length
-
-    def width(self, component: str) -> int:
-        return self._facts.width(component)
-
-    def heads(self, component: str) -> int:
-        return self._facts.heads(component)
-
-    @property
-    def tokenizer(self):
-        return self._facts.tokenizer
-
     def locate(self, site, *, path: str, engine=None):
         address = self._facts.locate(site, path=path, engine=engine or self.name)
         if address.component == "attention_probs" and not self.model.attn_probs_available:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Optional, Sequence
 
 from ..shapes import CHAT_ROLES, EOS, Where
@@ -104,8 +105,20 @@ def encode_rows(tok, texts: Sequence[str]) -> tuple[tuple[tuple[int, ...], ...],
 def content_spans(mask: Sequence[Sequence[int]], prefix: int) -> tuple[tuple[int, int], ...]:
     """Each row's run: its real tokens after the prefix the tokenizer adds to everything (BOS).
 
-    From the mask, so it does not matter which side the padding is on.
+    From the mask, so it does not matter which side the padding is on. A plan's masks are tuples,
+    asked about by every op of every point of a sweep: those answers are kept.
     """
+    if isinstance(mask, tuple) and all(isinstance(row, tuple) for row in mask):
+        return _content_spans(mask, prefix)
+    return _spans(mask, prefix)
+
+
+@lru_cache(maxsize=512)
+def _content_spans(mask: tuple, prefix: int) -> tuple[tuple[int, int], ...]:
+    return _spans(mask, prefix)
+
+
+def _spans(mask, prefix: int) -> tuple[tuple[int, int], ...]:
     spans = []
     for row in mask:
         first = next((i for i, m in enumerate(row) if m), len(row))

@@ -225,7 +225,8 @@ class _PointCompiler:
         ipath = f"interventions.{iv_name}"
         rows = list(rows)
         first = next(iter(loaded.values()))
-        example_ids = tuple(first.example_ids()[i] for i in rows)
+        ids = first.example_ids()
+        example_ids = tuple(ids[i] for i in rows)
         texts = {}
         for role, ds in loaded.items():
             field = self.spec.roles[role].field
