@@ -193,9 +193,9 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
 
         return run_cached(store, doc, loaded, plan, engine=engine, out=out, batch_size=batch_size, data=data,
                           share=share, at_once=at_once)
-    # "ndif" is the nnterp engine with the session sent to NDIF: the only difference between
-    # running here and there is the session's `remote` flag.
-    plan = loaded.execute(plan, remote=engine == "ndif", batch_size=batch_size, at_once=at_once)
+    # "ndif" is the nnterp engine on a weightless shell, whose session goes to NDIF: where a run
+    # happens is the engine's to say, not a second code path here.
+    plan = loaded.execute(plan, batch_size=batch_size, at_once=at_once)
     # The record names the run's point, so open() calls an unswept run's one point what run() did.
     record = {**plan.provenance, "document": doc.name}
     ran = run_of(doc, engine, plan, out, record)

@@ -11,14 +11,17 @@ from typing import Optional
 from . import documents
 from .errors import EngineError
 
-ENGINES = ("nnterp", "hooks", "ndif")  # every engine name; ndif is nnterp run remotely
+ENGINES = ("nnterp", "hooks", "ndif")  # every engine name; ndif is nnterp on a weightless shell, run remotely
 LOCAL_ENGINES = ("nnterp", "hooks")
 
 
 def engine_class(name: str):
-    if name in ("nnterp", "ndif"):
+    if name == "nnterp":
         from .engine.nnterp import NNterpEngine
         return NNterpEngine
+    if name == "ndif":
+        from .engine.ndif import NDIFEngine
+        return NDIFEngine
     if name == "hooks":
         from .engine.hooks import HooksEngine
         return HooksEngine
@@ -26,7 +29,7 @@ def engine_class(name: str):
 
 
 # run.json records the engine's class (provenance.record); this is the name it was asked by.
-_CLASS_NAMES = {"NNterpEngine": "nnterp", "HooksEngine": "hooks"}
+_CLASS_NAMES = {"NNterpEngine": "nnterp", "HooksEngine": "hooks", "NDIFEngine": "ndif"}
 
 
 def engine_name(class_name: Optional[str], *, remote: bool = False) -> str:

@@ -82,8 +82,7 @@ def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[
     for (i, name), folder in outs.items():
         if folder is not None:
             check_targets(folder, planned_files(_alone(root, _key(i, name))))
-    plan = loaded.execute(share_forwards(root) if share else root, remote=engine == "ndif",
-                          batch_size=batch_size, at_once=at_once)
+    plan = loaded.execute(share_forwards(root) if share else root, batch_size=batch_size, at_once=at_once)
     runs: list[dict] = []
     for i, (doc, points) in enumerate(chosen):
         mine = {}

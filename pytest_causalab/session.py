@@ -24,7 +24,9 @@ import pytest
 import causalab_mini
 from causalab_mini import LOCAL_ENGINES, Point, Run, point_name, stem
 
-ENGINES = (*LOCAL_ENGINES, "both")
+# ndif: a weightless shell of each model, every point sent to NDIF (engine/ndif.py); its key from
+# NDIF_API_KEY in the environment, never from an option or an ini file.
+ENGINES = (*LOCAL_ENGINES, "ndif", "both")
 UPDATES = ("failing", "all")
 BASELINE_MODES = ("rows", "aggregates")
 DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-5
@@ -44,7 +46,7 @@ def session_of(config) -> "Session":
 
 @dataclass(frozen=True)
 class Settings:
-    engine: str  # nnterp | hooks | both
+    engine: str  # nnterp | hooks | ndif | both
     models: tuple[str, ...]
     data: tuple[str, ...]
     device_map: str

@@ -390,7 +390,7 @@ def test_unknown_engine_is_a_usage_error(tester):
     result = tester.runpytest("--causalab-engine=pyvene")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--causalab-engine (ini causalab_engine): 'pyvene' is not one of "
-                                 "nnterp, hooks, both*"])
+                                 "nnterp, hooks, ndif, both*"])
 
 
 # --- baselines --------------------------------------------------------------------------------

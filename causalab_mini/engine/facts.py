@@ -16,6 +16,7 @@ from ..vocab import BEFORE_LAYERS, COMPONENTS
 from .families import FAMILIES, UNKNOWN, Layout, OutputTransform, layout_for
 
 ENGINES = ("nnterp", "hooks")
+TRACED = ("nnterp", "ndif")  # the engines that trace through nnsight: nnterp's reach and refusals
 # Found through transformers' own published accessors (get_input_embeddings, get_output_embeddings,
 # the output's .logits), so they need no family layout.
 PUBLISHED = frozenset({"embeddings", "lm_head", "logits"})
@@ -131,11 +132,11 @@ class ModelFacts:
         if engine == "hooks" and not comp.hooks:
             return (f"{component} is interior to a module's forward (no module boundary exposes it), "
                     "so a forward hook cannot reach it; run this document with --engine nnterp")
-        if engine == "nnterp" and component in QKV and not layout.attention_call:
+        if engine in TRACED and component in QKV and not layout.attention_call:
             return (f"{component} is an argument of the attention function call, and {layout.family}'s "
                     "attention computes q, k and v in its own forward with no such call; read "
                     "attention_z (the per-head result) instead")
-        if engine == "nnterp" and component == "attention_probs" and not layout.attention_pattern:
+        if engine in TRACED and component == "attention_probs" and not layout.attention_pattern:
             return (f"attention_probs on {layout.family} fails nnterp 1.3.0's own load-time check under "
                     "transformers 5 (its route to the pattern does not exist there); read attention_z "
                     "instead")

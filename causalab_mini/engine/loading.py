@@ -104,8 +104,10 @@ def _is_model_dir(path: Path) -> bool:
 
 
 def resolve(key: str, revision: Optional[str], *, document: Optional[Path] = None,
-            roots=None, check_revision: bool = True) -> ResolvedModel:
-    """Where the document's model is. A local model's digest is checked against ``revision``."""
+            roots=None, check_revision: bool = True, hash_weights: bool = True) -> ResolvedModel:
+    """Where the document's model is. A local model's digest is checked against ``revision``;
+    ``hash_weights=False`` (a shell, whose weights are the server's) reads no weight file's bytes,
+    and the revision is the one the document names."""
     searched: list[Path] = []
     candidates = []
     if document is not None:
@@ -114,6 +116,8 @@ def resolve(key: str, revision: Optional[str], *, document: Optional[Path] = Non
     for candidate in candidates:
         searched.append(candidate)
         if _is_model_dir(candidate):
+            if not hash_weights:
+                return ResolvedModel(key, str(candidate), revision, True)
             digest = weights_digest(candidate)
             if check_revision and revision is not None and revision != digest:
                 raise ModelError(

@@ -166,10 +166,20 @@ class NNterpEngine(AnswersFromFacts):
         On a family whose pattern this engine refuses (GPT-2) it is ignored, so the
         document is refused at compile time by name rather than inside nnterp's check.
         """
+        return cls._standardized(model_ref, document=document, models=models, device_map=device_map,
+                                 trust_remote_code=trust_remote_code, attention_probs=attention_probs,
+                                 weights=True)
+
+    @classmethod
+    def _standardized(cls, model_ref, *, document, models, device_map, trust_remote_code, attention_probs,
+                      weights: bool) -> "NNterpEngine":
+        """The model as nnterp's StandardizedTransformer: with its weights dispatched, or — ``weights=False``,
+        the ndif engine's shell — its structure on the meta device, no weight file opened (nnsight's
+        ``dispatch=False``; nnterp's ``remote=True`` checks its renaming by a scan, never a forward)."""
         loading.quiet_loading()
 
         ref = loading.model_ref(model_ref)
-        resolved = loading.resolve(ref.key, ref.revision, document=document, roots=models)
+        resolved = loading.resolve(ref.key, ref.revision, document=document, roots=models, hash_weights=weights)
         roots = loading.model_roots(models, document)
         # Config and tokenizer read the way explain reads them, so a missing model is refused
         # as a ModelError naming the key rather than inside nnsight — and nnsight is handed
@@ -188,6 +198,10 @@ class NNterpEngine(AnswersFromFacts):
                        dtype=loading.torch_dtype(ref), trust_remote_code=bool(trust_remote_code),
                        use_safetensors=True)  # never pickle: a .bin is outside the revision pin
         source = resolved.source
+        if not weights and facts.layout is not None and facts.layout.multimodal:
+            raise Unsupported("model", f"{ref.key} is an image-text model, which this project loads as a "
+                              "module (its weights read here) for nnsight to wrap", "run it with --engine "
+                              "nnterp or --engine hooks where its weights fit")
         if facts.layout is not None and facts.layout.multimodal:
             # nnsight's LanguageModel will not load an image-text model by name; its text half runs
             # on text documents, so it is loaded here and handed over as a module.
@@ -200,12 +214,13 @@ class NNterpEngine(AnswersFromFacts):
                 # nnterp checks its renaming by running ln_final; a checkpoint without one (OPT-350m)
                 # cannot pass, and this engine finds every module through the layout anyway.
                 checked = "ln_final" not in facts.absent
+                shell = {} if weights else dict(remote=True, check_attn_probs_with_trace=False)
                 model = StandardizedTransformer(
-                    source, dispatch=True, tokenizer=tokenizer, enable_attention_probs=eager,
-                    rename_config=_rename_config(facts.layout), check_renaming=checked, **options)
+                    source, dispatch=weights, tokenizer=tokenizer, enable_attention_probs=eager,
+                    rename_config=_rename_config(facts.layout), check_renaming=checked, **shell, **options)
                 if eager and not checked:  # nnterp disables the pattern it did not check: check it alone
                     model.attention_probabilities.enabled = True
-                    model.attention_probabilities.check_source()
+                    model.attention_probabilities.check_source(allow_dispatch=weights, use_trace=weights)
             except RenamingError as err:
                 raise ModelError("model", f"nnterp 1.3.0 cannot standardize this {facts.family} model: "
                                  f"{str(err).splitlines()[0]}",
@@ -410,7 +425,17 @@ def _load_module(resolved, options: dict, eager: bool):
 
 
 def _session_options(model, remote) -> dict:
-    """``model.session`` arguments: NDIF for ``remote=True``, nnsight's local simulation for "local"."""
+    """``model.session`` arguments: NDIF for ``remote=True``, nnsight's local simulation for "local",
+    or an nnsight backend to send the session to (``engine/ndif.py``'s stand-in server)."""
+    from nnsight.intervention.backends.base import Backend
+
+    if isinstance(remote, Backend):
+        return {"backend": remote}
+    if remote == "local" and not model.dispatched:
+        raise EngineError("remote", "remote=\"local\" simulates the round trip on the weights this process "
+                          "holds, and this model was loaded without them (--engine ndif)",
+                          "send it to NDIF (remote=True), or to a stand-in server "
+                          "(causalab_mini.engine.ndif.stand_in)")
     if remote == "local":
         from nnsight.intervention.backends.local_simulation import LocalSimulationBackend
 
@@ -418,7 +443,12 @@ def _session_options(model, remote) -> dict:
         # (serialize, deserialize with user modules blocked, execute) is a backend.
         return {"backend": LocalSimulationBackend(model)}
     if remote not in (True, False):
-        raise EngineError("remote", f"remote={remote!r} is not a way to run", "pass True, False or \"local\"")
+        raise EngineError("remote", f"remote={remote!r} is not a way to run",
+                          "pass True, False, \"local\" or an nnsight backend")
+    if not remote and not model.dispatched:
+        raise EngineError("remote", "this model was loaded without its weights (--engine ndif): it runs "
+                          "only where they are", "send it to NDIF (remote=True), or load it with "
+                          "--engine nnterp to run here")
     if remote and Path(str(model.repo_id)).is_dir():
         raise EngineError("remote", f"the model was loaded from a local directory ({Path(model.repo_id).name}), "
                           "which NDIF does not have", "name a hub id the server serves, or run locally")

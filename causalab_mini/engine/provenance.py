@@ -65,7 +65,8 @@ def record(engine: Any, remote: Any, batch_size: Optional[int], at_once: int = 1
     only when points were stacked (> 1): a stacked batch is another shape for the kernels."""
     found = {
         "engine": type(engine).__name__,
-        "remote": remote,
+        # A backend the session was sent to (a stand-in server) is recorded as what it simulates.
+        "remote": remote if isinstance(remote, (bool, str)) else getattr(remote, "records_as", type(remote).__name__),
         "batch_size": batch_size,
         "versions": versions(),
         "causalab_mini": source_digest(),
