@@ -94,26 +94,49 @@ def test_the_audit_sees_an_ordinary_load(monkeypatch):
     assert all(p.device.type == "cpu" for p in engine.model._model.parameters())
 
 
-@pytest.mark.parametrize("name", ["patching", "layer_pos_sweep", "entity_patch", "generate_probe", "das"])
+def _pattern(raw: dict) -> None:
+    """Layer 1's attention pattern on the last 6 queries, saved (eager attention, chosen at load)."""
+    raw["sites"]["pattern"] = {"component": "attention_probs", "layers": [1]}
+    raw["interventions"]["patching"]["reads"]["attn"] = {"site": "pattern", "pos": {"last": 6},
+                                                         "model": "original", "input": "base"}
+    raw["steps"]["score"]["outputs"] = {"attn_out": "attn"}
+    raw["steps"]["score"]["saves"].append({"value": "attn_out", "file_path": "attention.safetensors"})
+
+
+CASES = {  # name -> (document, change, run options)
+    "patching": ("patching", None, {}),
+    "sweep": ("layer_pos_sweep", None, {}),
+    "sweep_at_once": ("layer_pos_sweep", None, {"at_once": 3}),
+    "anchors": ("entity_patch", None, {}),
+    "decode": ("generate_probe", None, {}),
+    "fit": ("das", lambda raw: raw["steps"]["fit"].update(epochs=1), {}),
+    "pattern": ("patching", _pattern, {}),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_a_shell_reads_no_weight_sends_one_session_and_brings_home_the_local_numbers(
-        server, monkeypatch, tmp_path, name):
-    """Anchored positions, a sweep's shared forwards, a decode, and a fit's optimizer steps all
-    ship; the results that come home equal the local nnterp run's, bit for bit."""
+        server, monkeypatch, tmp_path, case):
+    """Anchored positions, a sweep's shared forwards (stacked at_once too), a decode, a fit's
+    optimizer steps and the attention pattern all ship; the results that come home equal the
+    local nnterp run's, bit for bit."""
+    name, change, options = CASES[case]
     path = V2 / f"{name}.causalab.json"
     raw = json.loads(path.read_text())
-    if name == "das":
-        raw["steps"]["fit"]["epochs"] = 1
+    if change is not None:
+        change(raw)
     doc = cm.read(raw, path=path)
-    before = server.requests
+    target = server if not doc.attention_probs else ndif.stand_in(doc, models=[MODELS])
+    before = target.requests
     with reads(monkeypatch) as seen:
         shell = cm.load(doc, engine="ndif", models=[MODELS])
         assert weightless(shell)
-        shell.server = server
-        there = cm.run(doc, loaded=shell, data=[DATA], out=tmp_path / "there")
+        shell.server = target
+        there = cm.run(doc, loaded=shell, data=[DATA], out=tmp_path / "there", **options)
     assert seen == []
     assert weightless(shell)  # nothing was dispatched by the run either
-    assert server.requests == before + 1  # the whole walk is one request
-    here = cm.run(doc, engine="nnterp", models=[MODELS], data=[DATA], out=tmp_path / "here")
+    assert target.requests == before + 1  # the whole walk is one request
+    here = cm.run(doc, engine="nnterp", models=[MODELS], data=[DATA], out=tmp_path / "here", **options)
     pairs = list(zip(here.plan.walk(), there.plan.walk()))
     assert any(a.results for (_, a), _ in pairs)
     for (_, a), (_, b) in pairs:
