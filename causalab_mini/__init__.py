@@ -47,7 +47,8 @@ _HOME = {
     "CacheError": ".cache",
     "label": ".plan.sweep",
     "plot": ".plots",
-    **dict.fromkeys(("Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "number"), ".checks"),
+    **dict.fromkeys(("Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "default_tolerance",
+                    "number"), ".checks"),
 }
 _RENAMED = {"position_cut": (".ops.locate", "cut")}
 # Public modules, loaded as attributes on first use too (``cm.report.write(...)``).
@@ -60,7 +61,7 @@ __all__ = [
     # results
     "Run", "Point", "Result", "Grid",
     # verdicts: results held to expectations and references
-    "Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "number",
+    "Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "default_tolerance", "number",
     # documents
     "SUFFIX", "stem", "point_name", "label", "Expectation", "Comparison", "ENGINES", "LOCAL_ENGINES",
     # refusals

@@ -110,6 +110,24 @@ def _difference(cmp: Comparison, got: float) -> Optional[float]:
     return got - x
 
 
+# The machine epsilon of each dtype a model may be served in (the spacing of floats just above 1):
+# float32 2^-23, bfloat16 2^-7 (7 stored mantissa bits), float16 2^-10.
+EPSILON = {"fp32": 2.0 ** -23, "bf16": 2.0 ** -7, "fp16": 2.0 ** -10}
+
+
+def default_tolerance(dtype: str = "fp32") -> tuple[float, float]:
+    """(rtol, atol) a rerun or another engine is held to when nothing narrower is asked for.
+
+    float32: 1e-4 and 1e-5 — what batch shape, thread count and kernel choice move on a float32
+    model (a few hundred ulps after a dozen layers). A reduced-precision model rounds every op to
+    its own epsilon, so there the default is four epsilons relative and one absolute (bf16: 3.1e-2
+    and 7.8e-3; fp16: 3.9e-3 and 9.8e-4): a value that moves more than that moved for a reason."""
+    if dtype == "fp32":
+        return 1e-4, 1e-5
+    eps = EPSILON[dtype]
+    return 4 * eps, eps
+
+
 def tolerance(expectations: Iterable[Expectation], point: Optional[str], coords, result: str,
               default: tuple[float, float]) -> tuple[float, float]:
     """(rtol, atol) for a result's rows at a point: the document's last word on it, else ``default``."""

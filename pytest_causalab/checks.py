@@ -10,9 +10,9 @@ from typing import Sequence
 
 # The checks themselves are causalab_mini's (the HTML report and notebooks show the same rows);
 # this module lays them out as the failure table.
-from causalab_mini import Check, close, compare_rows, evaluate, number, tolerance
+from causalab_mini import Check, close, compare_rows, default_tolerance, evaluate, number, tolerance
 
-__all__ = ["Check", "close", "compare_rows", "evaluate", "number", "tolerance", "render"]
+__all__ = ["Check", "close", "compare_rows", "default_tolerance", "evaluate", "number", "tolerance", "render"]
 
 
 # --- the table --------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import causalab_mini
 from causalab_mini import CausalabError, HubUnreachable, MissingArtifact, Unsupported, label, point_name
 
 from . import baseline, page, report
-from .checks import Check, compare_rows, evaluate, number, render, tolerance
+from .checks import Check, compare_rows, default_tolerance, evaluate, number, render, tolerance
 from .session import session_of
 
 # What this run cannot do, through no fault of the document — a feature a later version builds,
@@ -125,9 +125,12 @@ class PointItem(pytest.Item):
         return self.valid.spec.header.expect
 
     def tolerance(self, result: str):
+        """The document's word on ``result``, else the command line's, else the default of the
+        dtype the point's model runs in (a bf16 model rounds each op to 2^-7)."""
         settings = self.session_state.settings
-        return tolerance(self.expectations, self.valid.name, self.valid.coords, result,
-                         (settings.rtol, settings.atol))
+        rtol, atol = default_tolerance(self.valid.spec.model.dtype)
+        default = (rtol if settings.rtol is None else settings.rtol, atol if settings.atol is None else settings.atol)
+        return tolerance(self.expectations, self.valid.name, self.valid.coords, result, default)
 
     @property
     def session_state(self):

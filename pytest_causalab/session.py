@@ -29,7 +29,6 @@ from causalab_mini import LOCAL_ENGINES, Point, Run, point_name, stem
 ENGINES = (*LOCAL_ENGINES, "ndif", "both")
 UPDATES = ("failing", "all")
 BASELINE_MODES = ("rows", "aggregates")
-DEFAULT_RTOL, DEFAULT_ATOL = 1e-4, 1e-5
 # What a CI variable may say and still mean "not CI" (case-insensitive, spaces ignored); anything
 # else non-empty ("true", "1", "yes", "woodpecker") makes a run strict.
 CI_OFF = ("", "0", "false", "no", "off")
@@ -54,8 +53,8 @@ class Settings:
     out: Optional[Path]
     update: Optional[str]  # None | failing | all
     strict: bool  # a missing baseline fails (also when CI is set)
-    rtol: float
-    atol: float
+    rtol: Optional[float]  # None: the point's dtype's default (checks.default_tolerance)
+    atol: Optional[float]
     baselines: str  # folder beside each document
     summary: bool
     baseline_mode: str = "rows"  # rows | aggregates: how a document's baseline stores its results
@@ -180,8 +179,8 @@ def read_settings(config) -> Settings:
         # Command line only: rewriting baselines is a decision for one run, not a setting.
         update=_choice(config, "causalab_update_baselines", UPDATES, None, ini=False, hint=_update_hint(config)),
         strict=_flag(config, "causalab_strict") or ci_is_set(os.environ.get("CI")),
-        rtol=DEFAULT_RTOL if rtol is None else rtol,
-        atol=DEFAULT_ATOL if atol is None else atol,
+        rtol=rtol,  # None: the default of each point's dtype (causalab_mini.checks.default_tolerance)
+        atol=atol,
         baselines=_option(config, "causalab_baselines") or "baselines",
         summary=_flag(config, "causalab_summary"),
         # Ini only: how a committed baseline file is stored is the repository's decision, not one run's.
