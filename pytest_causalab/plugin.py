@@ -37,7 +37,9 @@ def pytest_addoption(parser) -> None:
            action="append", metavar="DIR")
     option("causalab-data", "a folder of datasets NAME/SPLIT.jsonl (repeatable)", "paths", [],
            action="append", metavar="DIR")
-    option("causalab-device-map", "device map models load with; default cpu", metavar="MAP")
+    option("causalab-device-map", "device map models load with; default cpu. auto: under xdist each worker "
+           "gwN takes the Nth visible accelerator (cpu if none), else transformers' auto (a model spread over "
+           "every device); a list a,b,...: worker gwN takes entry N", metavar="MAP")
     option("causalab-batch-size", "rows per forward; default all", metavar="N")
     option("causalab-cache", "a result cache folder (made if missing): a point whose results it holds for "
            "this model, engine, dtype, batch size and package is not computed again", metavar="DIR")

@@ -24,6 +24,8 @@ import pytest
 import causalab_mini
 from causalab_mini import LOCAL_ENGINES, Point, Run, point_name, stem
 
+from . import devices
+
 # ndif: a weightless shell of each model, every point sent to NDIF (engine/ndif.py); its key from
 # NDIF_API_KEY in the environment, never from an option or an ini file.
 ENGINES = (*LOCAL_ENGINES, "ndif", "both")
@@ -226,6 +228,7 @@ class Session:
         self._together: dict[tuple, dict] = {}
         self._asked: dict[tuple, PendingPoint] = {}  # what pytest_causalab_modify_point made of each point
         self._served: set = set()  # (path, point, engine) whose results the cache gave
+        self._device_map: Optional[str] = None  # resolved from settings.device_map when first needed
 
     def select(self, items) -> None:
         """The session's point items, in run order: the points still to run, per document, so the
@@ -253,15 +256,26 @@ class Session:
         resolved = causalab_mini.resolve_model(doc, models=list(self.settings.models))
         # The module names a document gives (model.modules) decide which modules the engine taps.
         modules = tuple(sorted(ref.modules.model_dump().items())) if ref.modules else None
-        return (resolved.source, resolved.revision, ref.dtype, engine, self.settings.device_map,
+        return (resolved.source, resolved.revision, ref.dtype, engine, self.device_map,
                 doc.attention_probs, modules)
+
+    @property
+    def device_map(self) -> str:
+        """The device map this process loads with: under xdist, this worker's own device
+        (``devices.resolve``); asked of torch once, when the first model loads."""
+        if self._device_map is None:
+            worker = getattr(self.config, "workerinput", {}).get("workerid")
+            spec = self.settings.device_map
+            visible = devices.visible_accelerators() if spec == "auto" else []
+            self._device_map = devices.resolve(spec, worker, visible)
+        return self._device_map
 
     def engine(self, doc: causalab_mini.Document, engine: str):
         key = self.model_key(doc, engine)
         if key not in self._models:
             try:
                 loaded = causalab_mini.load(doc, engine=engine, models=list(self.settings.models),
-                                            device_map=self.settings.device_map)
+                                            device_map=self.device_map)
                 self._models[key] = loaded
                 self.loads += 1
                 self.config.hook.pytest_causalab_model_loaded(key=key, engine=loaded, config=self.config)
