@@ -47,6 +47,9 @@ positions x the ``t`` of a ``lerp`` write), compiled weightless (``cm.compile``:
 tokenizer only) and run shared on the hooks engine; flat per-point columns mean nothing in
 compiling, sharing or walking grows faster than the number of points.
 
+Where torch sees a GPU, every size's table is printed again on it, beside the CPU's
+(``--devices cpu,cuda``; ``scripts/accelerator_check.sh`` runs the mid size that way).
+
 PyTorch runs single-threaded by default (``--threads``): on a machine whose cores other jobs
 share, several threads wait on each other and the figures become the scheduler's.
 
@@ -81,6 +84,9 @@ SIZES = {  # width, heads, MLP width (Llama's 8/3 ratio for mid)
     "mid": (768, 12, 2048),
 }
 ENGINES = ("hooks-plain", "hooks-shared", "hooks-at_once", "nnterp-plain", "nnterp-shared", "nnterp-at_once")
+# The device every variant of one table runs on: set by the parent for its children (and the pytest
+# round), so the variants of a table share it. cpu always; cuda too when torch sees a GPU.
+DEVICE = os.environ.get("SWEEP_BENCH_DEVICE", "cpu")
 AT_ONCE = 8  # points per stacked call in the at_once mode: 24 points in 3 calls, 256 rows each
 HAND = ("minimal", "floor", "pyvene")
 TOLERANCE = 1e-4  # per-row logit_diff; the variants make the same float32 calls
@@ -181,7 +187,7 @@ def prepared(directory: Path, doc: Path) -> list[dict]:
         (read,) = cf.reads
         (metric,) = [m for m in obs.metrics if m.kind == "logit_diff"]
         points.append({"name": name, "layer": read.address.layer, "index": read.where.index,
-                       "cf": taps.model_inputs(cf, "cpu"), "base": taps.model_inputs(base, "cpu"),
+                       "cf": taps.model_inputs(cf, DEVICE), "base": taps.model_inputs(base, DEVICE),
                        "cf_ids": cf.ids, "ids": metric.token_ids, "eligible": metric.column_eligible})
     return points
 
@@ -317,7 +323,8 @@ def hand_variant(name: str, directory: Path):
             return None, f"{type(err).__name__}: {err}"
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(directory / "models" / "model").eval().requires_grad_(False)
+    model = AutoModelForCausalLM.from_pretrained(directory / "models" / "model", device_map=DEVICE)
+    model.eval().requires_grad_(False)
     counter = Counter(model, wrap=name == "pyvene")
     loop = {"minimal": minimal_sweep, "floor": floor_sweep, "pyvene": pyvene_sweep}[name]
     # Tokenized once, before any timing: a hand-written loop's inputs are ready before its loop.
@@ -338,7 +345,8 @@ def engine_variant(name: str, directory: Path):
     import causalab_mini as cm
 
     engine, mode = name.split("-")
-    loaded = cm.load(directory / "sweep.causalab.json", engine=engine, models=[directory / "models"])
+    loaded = cm.load(directory / "sweep.causalab.json", engine=engine, models=[directory / "models"],
+                     device_map=DEVICE)
     counter = Counter(loaded.model if engine == "hooks" else loaded.model._model)
     at_once = AT_ONCE if mode == "at_once" else 1
 
@@ -422,6 +430,7 @@ def plugin_round(directory: Path, threads: int, k: int) -> dict:
     env.pop("CI", None)  # a local run: the temporary document has no committed baseline to hold it to
     cmd = [sys.executable, "-m", "pytest", "sweep.causalab.json", "--causalab-engine=hooks", "-p", "no:cacheprovider",
            "-p", "sweep", "-q", f"--causalab-models={directory / 'models'}", f"--causalab-data={directory / 'data'}",
+           f"--causalab-device-map={DEVICE}",
            f"--causalab-out={out}", f"--basetemp={directory / f'pytest-tmp{k}'}"]
     done = subprocess.run(cmd, cwd=directory, env=env, capture_output=True, text=True)
     if not report.exists() or done.returncode != 0:
@@ -500,7 +509,8 @@ LABELS = {"minimal": "minimal loop (2P)", "floor": "floor (P+1)", "pyvene": "pyv
 def report(size: str, params: int, results: dict, skipped: dict, rounds: int, threads: int) -> None:
     width, _, mlp = SIZES[size]
     print(f"\n{size}: random Llama, {LAYERS} layers x {width} wide (MLP {mlp}), {params / 1e6:.2f}M parameters; "
-          f"{LAYERS * len(POSITIONS)} points x {ROWS} rows; {threads} torch thread(s); median of {rounds} round(s)")
+          f"{LAYERS * len(POSITIONS)} points x {ROWS} rows; on {DEVICE}; {threads} torch thread(s); "
+          f"median of {rounds} round(s)")
     print(f"  {'variant':<24}{'median s':>10}{'x minimal':>11}{'x floor':>9}{'forwards':>10}{'peak RSS MiB':>14}")
     medians = {n: statistics.median(r["seconds"] for r in rs) for n, rs in results.items()}
     for n in LABELS:
@@ -598,6 +608,7 @@ def profile(directory: Path, threads: int) -> None:
 
 
 def main(argv=None) -> int:
+    global DEVICE  # the parent sets it per table; its children read SWEEP_BENCH_DEVICE
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds on the small model (default 3)")
     parser.add_argument("--mid-rounds", type=int, default=1,
@@ -605,6 +616,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="one round per size, the 100-point scale run only")
     parser.add_argument("--sizes", default="small,mid", help="comma-separated: small, mid")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
+    parser.add_argument("--devices", help="comma-separated: cpu, cuda, cuda:1 (default: cpu, and cuda when "
+                        "torch sees a GPU: each size's table on each, side by side)")
     parser.add_argument("--profile", action="store_true", help="only: cProfile one shared hooks sweep per size")
     parser.add_argument("--variant", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
@@ -624,18 +637,28 @@ def main(argv=None) -> int:
             return 0
         print(f"load average before: {load()} (other work on the cores makes every figure slower and noisier)")
         names = ["minimal", "floor", *(["pyvene"] if importlib.util.find_spec("pyvene") else []), *ENGINES]
+        devices = opts.devices.split(",") if opts.devices else ["cpu", *(["cuda"] if cuda_visible() else [])]
         for size in opts.sizes.split(","):
             directory = Path(tmp) / size
             params = build(directory, size)
             rounds = 1 if opts.quick else (opts.mid_rounds if size == "mid" else opts.rounds)
-            results, skipped = measure(directory, names, rounds, opts.threads)
-            if "pyvene" not in names:
-                skipped["pyvene"] = "No module named 'pyvene'"
-            report(size, params, results, skipped, rounds, opts.threads)
+            for device in devices:  # each device's table in full, one after the other
+                DEVICE = os.environ["SWEEP_BENCH_DEVICE"] = device  # this process and its children
+                results, skipped = measure(directory, names, rounds, opts.threads)
+                if "pyvene" not in names:
+                    skipped["pyvene"] = "No module named 'pyvene'"
+                report(size, params, results, skipped, rounds, opts.threads)
+            DEVICE = os.environ["SWEEP_BENCH_DEVICE"] = "cpu"  # the scale runs: CPU
         if "small" in opts.sizes.split(","):
             report_scale(Path(tmp) / "small", opts.threads, [100] if opts.quick else list(SCALE_POINTS))
         print(f"\nload average after: {load()}")
     return 0
+
+
+def cuda_visible() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def load() -> str:
