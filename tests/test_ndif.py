@@ -216,3 +216,15 @@ def test_the_plugin_runs_items_on_ndif_shells(tester):
         assert json.loads((there / "run.json").read_text())["engine"] == "NDIFEngine"
         for metric in ("iia.json", "logit_diff.json"):
             assert (there / metric).read_bytes() == (here / metric).read_bytes()
+
+
+def test_the_command_line_refuses_a_local_directory_for_ndif_without_a_traceback(tmp_path, capsys):
+    from causalab_mini import cli
+
+    out = tmp_path / "out"
+    status = cli.main(["run", str(V2 / "patching.causalab.json"), "--engine", "ndif", "--out", str(out),
+                       "--models", str(MODELS), "--data", str(DATA)])
+    err = capsys.readouterr().err
+    assert status == 2 and "Traceback" not in err
+    assert err.startswith("error: EngineError: remote: the model was loaded from a local directory")
+    assert not out.exists() or not any(out.iterdir())  # nothing half-written
