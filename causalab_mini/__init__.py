@@ -44,6 +44,7 @@ _HOME = {
     "write_atomic": ".files",
     "run_points": ".together",
     "run_together": ".together",
+    "stand_in": ".remote",
     "CacheError": ".cache",
     "label": ".plan.sweep",
     "plot": ".plots",
@@ -57,7 +58,7 @@ _MODULES = ("vocab", "shapes", "errors", "report", "cache")
 __all__ = [
     # the pipeline
     "read", "points", "compile", "load", "run", "open", "Document", "resolve_model", "weights_digest",
-    "expectation", "write_atomic", "family_layout", "position_cut", "plot", "run_points", "run_together",
+    "expectation", "write_atomic", "family_layout", "position_cut", "plot", "run_points", "run_together", "stand_in",
     # results
     "Run", "Point", "Result", "Grid",
     # verdicts: results held to expectations and references

@@ -2,7 +2,7 @@
 
 The remote side is nnsight's local simulation of it (the request serialized, deserialized with
 the client's modules blocked, run) against a stand-in server that holds the weights
-(``engine/ndif.py``'s ``stand_in``), loaded before the audit starts. The audit watches every way
+(``cm.stand_in``), loaded before the audit starts. The audit watches every way
 a weight reaches the client: a safetensors file opened (the library's entry points, and
 Python's own ``open`` audit event for any weight file), and a parameter or buffer of the
 client's model off the meta device. A positive control shows it catching an ordinary load.
@@ -76,7 +76,7 @@ def weightless(shell) -> bool:
 @pytest.fixture(scope="module")
 def server():
     """The stand-in server for the tiny Llama, loaded (with its weights) once, before any audit."""
-    return ndif.stand_in(V2 / "patching.causalab.json", models=[MODELS])
+    return cm.stand_in(V2 / "patching.causalab.json", models=[MODELS])
 
 
 def _same(a, b) -> bool:
@@ -126,7 +126,7 @@ def test_a_shell_reads_no_weight_sends_one_session_and_brings_home_the_local_num
     if change is not None:
         change(raw)
     doc = cm.read(raw, path=path)
-    target = server if not doc.attention_probs else ndif.stand_in(doc, models=[MODELS])
+    target = server if not doc.attention_probs else cm.stand_in(doc, models=[MODELS])
     before = target.requests
     with reads(monkeypatch) as seen:
         shell = cm.load(doc, engine="ndif", models=[MODELS])
@@ -187,11 +187,11 @@ def test_an_image_text_model_is_refused_by_name_before_any_weight_is_read(monkey
 # --- the pytest plugin ------------------------------------------------------------------------------
 
 STAND_IN = """
-from causalab_mini.engine import ndif
+import causalab_mini as cm
 
 def pytest_causalab_model_loaded(key, engine, config):
     # A conftest points each shell at a server: here, the stand-in; by default, NDIF.
-    engine.server = ndif.stand_in(config.rootpath / "pos_sweep.causalab.json", models=[{models!r}])
+    engine.server = cm.stand_in(config.rootpath / "pos_sweep.causalab.json", models=[{models!r}])
 """
 
 

@@ -12,11 +12,9 @@ The key is NDIF's: nnsight reads it from ``NDIF_API_KEY`` (and the server from `
 it is never in a document, a plan or a run record. NDIF serves hub ids, so a model named by a
 local directory is refused before anything is sent.
 
-``stand_in(document)`` is a server on this machine for checking a document before sending it:
-nnsight's local simulation of the remote path (the request serialized, deserialized with the
-client's own modules blocked, run) against a second copy of the model that does hold the
-weights. With ``shell.server = stand_in(...)`` every run of the shell (``cm.run(doc, loaded=shell)``,
-the pytest plugin's) is the remote run, here.
+``causalab_mini.stand_in(document)`` (``remote.py``) is a server on this machine for checking a
+document before sending it. With ``shell.server = stand_in(...)`` every run of the shell
+(``cm.run(doc, loaded=shell)``, the pytest plugin's) is the remote run, here.
 """
 from __future__ import annotations
 
@@ -45,40 +43,3 @@ class NDIFEngine(NNterpEngine):
         or, by default, to ``self.server``."""
         return super().execute(plan, remote=self.server if remote is None else remote, batch_size=batch_size,
                                at_once=at_once)
-
-
-def stand_in(document, *, models=None, trust_remote_code: bool = False):
-    """An nnsight backend that runs a session here the way NDIF runs it: serialized, deserialized with
-    the client's modules blocked against a server-side copy of the model that holds the weights,
-    executed, and only the saved values handed back to the client."""
-    from nnsight.intervention.backends.base import Backend
-    from nnsight.intervention.backends.local_simulation import LocalSimulationBackend
-    from nnsight.intervention.tracing.globals import save as mark_saved
-    from nnsight.schema.request import RequestModel
-
-    from .. import api
-
-    doc = api.read(document)
-    server = NNterpEngine.load(doc.model, document=doc.path, models=models, trust_remote_code=trust_remote_code,
-                               attention_probs=doc.attention_probs).model
-
-    class StandIn(LocalSimulationBackend):
-        records_as = "local"  # run.json's "remote": nnsight's local simulation
-        requests = 0  # sessions received: one per execute
-
-        def __call__(self, tracer):
-            self.requests += 1
-            interventions = Backend.__call__(self, tracer)
-            payload = RequestModel(interventions=interventions, tracer=tracer).serialize(compress=False)
-            blocked = self._block_user_modules()  # as on the server: the client's code is not there
-            try:
-                restored = RequestModel.deserialize(payload, self.model._remoteable_persistent_objects(),
-                                                    compress=False)
-            finally:
-                self._restore_modules(blocked)
-            saves = restored.tracer.execute(restored.interventions)  # on the server's modules
-            for value in saves.values():  # as NDIF's client does: what came home counts as saved
-                mark_saved(value)
-            tracer.push(saves)
-
-    return StandIn(server)

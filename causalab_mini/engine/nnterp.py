@@ -426,7 +426,7 @@ def _load_module(resolved, options: dict, eager: bool):
 
 def _session_options(model, remote) -> dict:
     """``model.session`` arguments: NDIF for ``remote=True``, nnsight's local simulation for "local",
-    or an nnsight backend to send the session to (``engine/ndif.py``'s stand-in server)."""
+    or an nnsight backend to send the session to (``causalab_mini.stand_in``)."""
     from nnsight.intervention.backends.base import Backend
 
     if isinstance(remote, Backend):
@@ -435,7 +435,7 @@ def _session_options(model, remote) -> dict:
         raise EngineError("remote", "remote=\"local\" simulates the round trip on the weights this process "
                           "holds, and this model was loaded without them (--engine ndif)",
                           "send it to NDIF (remote=True), or to a stand-in server "
-                          "(causalab_mini.engine.ndif.stand_in)")
+                          "(causalab_mini.stand_in)")
     if remote == "local":
         from nnsight.intervention.backends.local_simulation import LocalSimulationBackend
 
