@@ -127,13 +127,15 @@ def family_layout(model_type: Optional[str], modules=None):
     return layout_for(model_type or "", modules) or UNKNOWN
 
 
-def resolve_model(document: Union[PathLike, dict, Document], *, models=None):
+def resolve_model(document: Union[PathLike, dict, Document], *, models=None, hash_weights: bool = True):
     """Where the document's model is and its revision (a local checkpoint's weights digest, checked
-    against the document's pin), without loading it: ``(key, source, revision, local)``."""
+    against the document's pin), without loading it: ``(key, source, revision, local)``.
+    ``hash_weights=False``: no weight file is read; the revision is the document's (an ndif shell's)."""
     from .engine import loading
 
     doc = read(document)
-    return loading.resolve(doc.model.key, doc.model.revision, document=doc.path, roots=models)
+    return loading.resolve(doc.model.key, doc.model.revision, document=doc.path, roots=models,
+                           hash_weights=hash_weights)
 
 
 def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", models=None,

@@ -253,7 +253,8 @@ class Session:
 
     def model_key(self, doc: causalab_mini.Document, engine: str) -> tuple:
         ref = doc.model
-        resolved = causalab_mini.resolve_model(doc, models=list(self.settings.models))
+        # An ndif shell's weights are the server's: the key is read from the document, no file hashed.
+        resolved = causalab_mini.resolve_model(doc, models=list(self.settings.models), hash_weights=engine != "ndif")
         # The module names a document gives (model.modules) decide which modules the engine taps.
         modules = tuple(sorted(ref.modules.model_dump().items())) if ref.modules else None
         return (resolved.source, resolved.revision, ref.dtype, engine, self.device_map,
