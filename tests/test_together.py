@@ -100,3 +100,19 @@ def test_a_swept_chat_document_shares_its_forwards(engines, tmp_path):
     for share in (True, False):
         cm.run(path, loaded=loaded, data=[DATA], out=tmp_path / str(share), share=share)
     assert folder_bytes(tmp_path / "True") == folder_bytes(tmp_path / "False")
+
+
+def test_points_of_several_documents_stacked_at_once_compute_what_they_do_alone(engines):
+    """at_once stacks points whose passes run over the same prompts, whichever document they come
+    from: the three documents' eight patched passes in two calls, after the one shared pass."""
+    loaded = engines(DOCS[0], "hooks")
+    plain = cm.run_together([(p, None) for p in DOCS], loaded=loaded)
+    with counting_calls(loaded) as calls:
+        stacked = cm.run_together([(p, None) for p in DOCS], loaded=loaded, at_once=4)
+    assert len(calls) == 1 + 2
+    for a, b in zip(plain, stacked):
+        assert list(a) == list(b)
+        for name in a:
+            assert {k: r.rows for k, r in a[name].point().results().items()} == \
+                {k: r.rows for k, r in b[name].point().results().items()}
+        assert all(run.record["at_once"] == 4 for run in b.values())
