@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import safetensors
@@ -111,6 +112,7 @@ CASES = {  # name -> (document, change, run options)
     "decode": ("generate_probe", None, {}),
     "fit": ("das", lambda raw: raw["steps"]["fit"].update(epochs=1), {}),
     "pattern": ("patching", _pattern, {}),
+    "featurizer_file": ("das_apply", None, {}),
 }
 
 
@@ -133,7 +135,11 @@ def test_a_shell_reads_no_weight_sends_one_session_and_brings_home_the_local_num
         assert weightless(shell)
         shell.server = target
         there = cm.run(doc, loaded=shell, data=[DATA], out=tmp_path / "there", **options)
-    assert seen == []
+    # No file of the model's was read; a featurizer's own bundle is the client's to read and send.
+    model_dir = (MODELS / doc.model.key).resolve()
+    assert [f for f in seen if model_dir in Path(f).resolve().parents] == []
+    assert all(Path(f).resolve().parent == (V2.parent / "artifacts").resolve() for f in seen)
+    assert bool(seen) == (case == "featurizer_file")
     assert weightless(shell)  # nothing was dispatched by the run either
     assert target.requests == before + 1  # the whole walk is one request
     here = cm.run(doc, engine="nnterp", models=[MODELS], data=[DATA], out=tmp_path / "here", **options)
