@@ -35,13 +35,18 @@ def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str =
     are stacked into one model call (each point's run.json then records it). The rest as ``run``'s. Everything that
     can refuse does so before the first forward; a failure of one point fails the call (run the
     points one by one to tell them apart)."""
+    from .plan.write import check_out
+
     doc = api.read(document)
     if len(doc.points) == 1 and doc.points[0].name is None:
         raise PlanError("run_points", f"{doc.name} is not swept: it has one point",
                         "run it with causalab_mini.run")
     api.check_run_options(batch_size, at_once)
-    if loaded is None:
-        _chosen(doc, names)  # an unknown point is refused before the model loads
+    if loaded is None:  # an unknown point and an unusable folder are refused before the model loads
+        for p in _chosen(doc, names):
+            folder = _out_of(out, p.name)
+            if folder is not None:
+                check_out(folder)
         loaded = api.load(doc, engine=engine, models=models, device_map=device_map,
                           trust_remote_code=trust_remote_code)
     (runs,) = run_together([(doc, names)], loaded=loaded, out=lambda _doc, name: _out_of(out, name),

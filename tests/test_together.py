@@ -7,7 +7,7 @@ import json
 
 import pytest
 from model_calls import counting_calls, folder_bytes
-from paths import DATA, V2
+from paths import DATA, MODELS, V2
 
 import causalab_mini as cm
 from causalab_mini.errors import PlanError
@@ -116,3 +116,26 @@ def test_points_of_several_documents_stacked_at_once_compute_what_they_do_alone(
             assert {k: r.rows for k, r in a[name].point().results().items()} == \
                 {k: r.rows for k, r in b[name].point().results().items()}
         assert all(run.record["at_once"] == 4 for run in b.values())
+
+
+def test_run_points_refuses_an_out_that_is_a_file_before_the_model_loads(tmp_path, monkeypatch):
+    """As ``run`` refuses it: the folder is checked before the (seconds-long) load, not after."""
+    from causalab_mini import runner
+
+    loads = []
+
+    def no_load(*args, **kwargs):
+        loads.append(args)
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(runner, "load_engine", no_load)
+    occupied = tmp_path / "out"
+    occupied.mkdir()
+    (occupied / "pos=-1").write_text("a file where a point's folder goes")
+    with pytest.raises(cm.EngineError, match="is a file, and a run writes a folder"):
+        cm.run_points(DOCS[1], ["pos=-1"], engine="hooks", models=[MODELS], data=[DATA], out=occupied)
+    assert loads == []
+    # The control: the point whose folder is free goes on to load the model.
+    with pytest.raises(AssertionError, match="the model was loaded"):
+        cm.run_points(DOCS[1], ["pos=-2"], engine="hooks", models=[MODELS], data=[DATA], out=occupied)
+    assert len(loads) == 1
