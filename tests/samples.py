@@ -42,6 +42,17 @@ def patching_document() -> dict:
     }
 
 
+def with_pattern(raw: dict) -> dict:
+    """A patching document (``raw``, changed in place and returned) that also reads layer 1's
+    attention pattern over the last 6 queries and saves it as attention.safetensors."""
+    raw["sites"]["pattern"] = {"component": "attention_probs", "layers": [1]}
+    raw["interventions"]["patching"]["reads"]["attn"] = {"site": "pattern", "pos": {"last": 6},
+                                                         "model": "original", "input": "base"}
+    raw["steps"]["score"]["outputs"] = {"attn_out": "attn"}
+    raw["steps"]["score"]["saves"].append({"value": "attn_out", "file_path": "attention.safetensors"})
+    return raw
+
+
 def cli_command() -> list[str]:
     """``causalab-mini`` as a user runs it: the venv's script, else the one on PATH, else the module."""
     script = Path(sys.executable).parent / "causalab-mini"

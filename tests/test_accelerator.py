@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 from paths import DATA, MODELS, V2
+from run_values import metric_rows
 
 import causalab_mini as cm
 
@@ -33,10 +34,6 @@ def _document(name: str, dtype: str):
     return cm.read(raw, path=V2 / f"{name}.causalab.json")
 
 
-def _rows(run) -> dict:
-    return {(p.name, k): [row["value"] for row in r.rows] for p in run.points for k, r in p.results().items()}
-
-
 @pytest.mark.parametrize("dtype", ["fp32", "bf16"])
 @pytest.mark.parametrize("engine", ["hooks", "nnterp"])
 @pytest.mark.parametrize("name", DOCS)
@@ -46,7 +43,7 @@ def test_a_document_on_the_gpu_computes_what_it_does_on_the_cpu(name, engine, dt
     cpu = cm.run(doc, engine=engine, models=[MODELS], data=[DATA], device_map="cpu", **DOCS[name])
     assert gpu.record["served_dtype"] == cpu.record["served_dtype"]
     rtol, atol = TOLERANCE.get(dtype) or cm.default_tolerance(dtype)
-    there, here = _rows(gpu), _rows(cpu)
+    there, here = metric_rows(gpu), metric_rows(cpu)
     assert there.keys() == here.keys() and there
     for key in here:
         for a, b in zip(here[key], there[key], strict=True):

@@ -20,6 +20,8 @@ import safetensors.torch
 import torch
 import transformers.modeling_utils
 from paths import DATA, MODELS, V2
+from run_values import same_results
+from samples import with_pattern
 
 import causalab_mini as cm
 from causalab_mini.engine import loading, ndif
@@ -80,28 +82,11 @@ def server():
     return cm.stand_in(V2 / "patching.causalab.json", models=[MODELS])
 
 
-def _same(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
-    return a == b
-
-
 def test_the_audit_sees_an_ordinary_load(monkeypatch):
     with reads(monkeypatch) as seen:
         engine = cm.load(V2 / "patching.causalab.json", engine="nnterp", models=[MODELS])
     assert any(p.endswith("model.safetensors") for p in seen)
     assert all(p.device.type == "cpu" for p in engine.model._model.parameters())
-
-
-def _pattern(raw: dict) -> None:
-    """Layer 1's attention pattern on the last 6 queries, saved (eager attention, chosen at load)."""
-    raw["sites"]["pattern"] = {"component": "attention_probs", "layers": [1]}
-    raw["interventions"]["patching"]["reads"]["attn"] = {"site": "pattern", "pos": {"last": 6},
-                                                         "model": "original", "input": "base"}
-    raw["steps"]["score"]["outputs"] = {"attn_out": "attn"}
-    raw["steps"]["score"]["saves"].append({"value": "attn_out", "file_path": "attention.safetensors"})
 
 
 CASES = {  # name -> (document, change, run options)
@@ -111,7 +96,7 @@ CASES = {  # name -> (document, change, run options)
     "anchors": ("entity_patch", None, {}),
     "decode": ("generate_probe", None, {}),
     "fit": ("das", lambda raw: raw["steps"]["fit"].update(epochs=1), {}),
-    "pattern": ("patching", _pattern, {}),
+    "pattern": ("patching", with_pattern, {}),
     "featurizer_file": ("das_apply", None, {}),
 }
 
@@ -143,10 +128,7 @@ def test_a_shell_reads_no_weight_sends_one_session_and_brings_home_the_local_num
     assert weightless(shell)  # nothing was dispatched by the run either
     assert target.requests == before + 1  # the whole walk is one request
     here = cm.run(doc, engine="nnterp", models=[MODELS], data=[DATA], out=tmp_path / "here", **options)
-    pairs = list(zip(here.plan.walk(), there.plan.walk()))
-    assert any(a.results for (_, a), _ in pairs)
-    for (_, a), (_, b) in pairs:
-        assert a.results.keys() == b.results.keys() and _same(a.results, b.results)
+    assert same_results(here.plan, there.plan)
     assert there.record["engine"] == "NDIFEngine" and there.record["remote"] == "local"
     assert there.record["served_dtype"] == here.record["served_dtype"] == "torch.float32"
     reopened = cm.open(tmp_path / "there")

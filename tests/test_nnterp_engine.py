@@ -17,6 +17,7 @@ from importlib import metadata
 import pytest
 
 from paths import DATA, MODELS, V2
+from run_values import same_results
 from reference import answer_id, padded
 import torch
 
@@ -439,19 +440,6 @@ def test_remote_simulation_gives_the_same_numbers(llama, tmp_path):
     assert there.steps["score"].results["eligible"] == here.steps["score"].results["eligible"]
 
 
-def _same(x, y) -> bool:
-    if isinstance(x, torch.Tensor):
-        return isinstance(y, torch.Tensor) and torch.equal(x, y)
-    if isinstance(x, dict):  # a weights bundle: tensors by name
-        return isinstance(y, dict) and x.keys() == y.keys() and all(_same(x[k], y[k]) for k in x)
-    return x == y
-
-
-def _same_results(a, b) -> bool:
-    steps = [(sa.results, sb.results) for (_, sa), (_, sb) in zip(a.walk(), b.walk())]
-    return any(ra for ra, _ in steps) and all(ra.keys() == rb.keys() and _same(ra, rb) for ra, rb in steps)
-
-
 @pytest.mark.parametrize("name", ["entity_patch", "generate_probe", "das"])
 def test_remote_simulation_runs_anchors_decodes_and_fits_alike(llama, name):
     """The whole walk ships — text anchors resolved there, a generate with its step iterator,
@@ -465,7 +453,7 @@ def test_remote_simulation_runs_anchors_decodes_and_fits_alike(llama, name):
     here = runner.execute(raw, llama.engine, document=path)
     there = runner.execute(raw, llama.engine, document=path, remote="local")
     assert there.provenance["remote"] == "local"
-    assert _same_results(here, there)
+    assert same_results(here, there)
 
 
 def test_batch_size_one_agrees_with_the_whole_batch(llama, tmp_path):

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from paths import DATA, MODELS, V2
-from samples import cli_command
+from samples import cli_command, with_pattern
 
 pytest.importorskip("matplotlib")
 import numpy as np  # noqa: E402
@@ -67,11 +67,7 @@ def attention(engines, tmp_path_factory):
     """Layer 1's attention pattern over the last 6 queries of every row, saved as .safetensors."""
     raw = json.loads((V2 / "patching.causalab.json").read_text())
     raw["header"] = {"description": "the attention pattern, saved"}
-    raw["sites"]["pattern"] = {"component": "attention_probs", "layers": [1]}
-    patching_iv = raw["interventions"]["patching"]
-    patching_iv["reads"]["attn"] = {"site": "pattern", "pos": {"last": 6}, "model": "original", "input": "base"}
-    raw["steps"]["score"]["outputs"] = {"attn_out": "attn"}
-    raw["steps"]["score"]["saves"].append({"value": "attn_out", "file_path": "attention.safetensors"})
+    with_pattern(raw)
     return _run(engines, tmp_path_factory, raw, "attention", engine="nnterp")[1]
 
 

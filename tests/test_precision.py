@@ -12,6 +12,7 @@ import json
 import pytest
 import torch
 from paths import DATA, MODELS, V2
+from run_values import metric_rows
 
 import causalab_mini as cm
 from causalab_mini.ops.featurizers import Subspace
@@ -35,10 +36,6 @@ def _document(name: str, dtype: str):
     if name == "das":
         raw["steps"]["fit"]["epochs"] = 1
     return cm.read(raw, path=path)
-
-
-def _rows(run) -> dict:
-    return {(p.name, k): [row["value"] for row in r.rows] for p in run.points for k, r in p.results().items()}
 
 
 @pytest.fixture(scope="module")
@@ -67,13 +64,13 @@ def test_a_reduced_precision_run_on_both_engines(loaded, name, dtype):
         assert {held[w.dtype] for w in weights} == {SERVED[dtype]}
     # The two engines make the same calls in the same dtype: within the dtype's default, row by row.
     rtol, atol = cm.default_tolerance(dtype)
-    nnterp, hooks = _rows(runs["nnterp"]), _rows(runs["hooks"])
+    nnterp, hooks = metric_rows(runs["nnterp"]), metric_rows(runs["hooks"])
     assert nnterp.keys() == hooks.keys() and nnterp
     for key in nnterp:
         for a, b in zip(nnterp[key], hooks[key], strict=True):
             assert (a is None) == (b is None) and (a is None or cm.close(a, b, rtol, atol)), key
     # Against fp32: every row within the stated distance.
-    full = _rows(cm.run(_document(name, "fp32"), loaded=loaded("hooks", "fp32"), data=[DATA]))
+    full = metric_rows(cm.run(_document(name, "fp32"), loaded=loaded("hooks", "fp32"), data=[DATA]))
     assert full.keys() == hooks.keys()
     moved = 0.0
     for key in full:
