@@ -170,6 +170,8 @@ class Point:
     plan: Optional[Plan] = None  # the executed sub-plan; None for a point opened from disk
     out: Optional[Path] = None  # where its files are
     tensors: dict = field(default_factory=dict)  # opened from disk: file → {name: tensor}
+    # The weights it ran on (run.json's model.weights: a local checkpoint's sha256), given by its Run.
+    weights: Optional[str] = None
 
     @classmethod
     def from_plan(cls, document, name: str, coords, engine: str, plan: Plan, out=None) -> "Point":
@@ -304,6 +306,13 @@ class Run:
     record: Optional[dict] = None  # run.json, for a run opened from disk or written by run(out=...)
     plan: Optional[Plan] = field(default=None, repr=False)  # the executed plan tree (a run in memory)
     files: list = field(default_factory=list)  # the files run(out=...) wrote, in manifest order
+
+    def __post_init__(self) -> None:
+        # Every point of a run ran on the run's weights; a baseline stores them per point.
+        weights = ((self.record or {}).get("model") or {}).get("weights")
+        for p in self.points:
+            if p.weights is None:
+                p.weights = weights
 
     @property
     def axes(self) -> list[str]:

@@ -221,8 +221,10 @@ def aggregates(result) -> dict:
 
 
 def entry(point: Point, *, mode: str = "rows", experiment: Optional[dict] = None) -> dict:
-    out = {"produced_by": point.produced_by, "engine": point.engine,
-           "results": {name: ({"rows": dict(r.pairs())} if mode == "rows" else aggregates(r))
+    out = {"produced_by": point.produced_by, "engine": point.engine}
+    if point.weights is not None:
+        out["weights"] = point.weights
+    out |= {"results": {name: ({"rows": dict(r.pairs())} if mode == "rows" else aggregates(r))
                        for name, r in sorted(point.saved().items())}}
     tensors = point.saved_tensors()
     if tensors:
@@ -444,7 +446,23 @@ def _compare(point: Point, stored: Optional[dict], mode: str, tolerance, experim
                 lines.append(f"{c.result}: {c.note}; worst {c.aggregate} {c.expected.removeprefix('baseline ')} "
                              f"→ {number(c.got)}")
             checks += found
+    if checks and weights_changed(stored, point):
+        # What moved the numbers, said before the numbers: another checkpoint, not the code.
+        lines.insert(0, f"weights changed: {_short(stored['weights'])} → {_short(point.weights)}")
     return (DRIFTED if checks else UNCHANGED), [], lines, checks
+
+
+def weights_changed(stored: dict, point: Point) -> bool:
+    """Whether the baseline was recorded on other weights than the point ran on (a baseline that
+    stores none — written before weights were recorded — says nothing)."""
+    return (stored.get("weights") is not None and point.weights is not None
+            and stored["weights"] != point.weights)
+
+
+def _short(digest: str) -> str:
+    """``sha256:ab12cd34ef56…``: enough of a digest to tell two apart in a failure line."""
+    kind, _, hexdigest = digest.partition(":")
+    return f"{kind}:{hexdigest[:12]}…" if hexdigest and len(hexdigest) > 12 else digest
 
 
 # --- verdicts through user_properties (xdist carries them) to baseline_report.session_report ----

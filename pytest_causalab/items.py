@@ -8,7 +8,9 @@ the stored baseline; every miss is one row of the failure table.
 """
 from __future__ import annotations
 
+import shlex
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -93,14 +95,17 @@ class RefusedDocument(pytest.Item):
 class PointFailure(Exception):
     """Checks that did not hold at one point: rendered as a table by ``PointItem.repr_failure``."""
 
-    def __init__(self, title: str, checks: list, notes: list, lines: list = ()):
+    def __init__(self, title: str, checks: list, notes: list, lines: list = (), accept: str = ""):
         super().__init__(title)
         self.title, self.checks, self.notes, self.lines = title, checks, notes, list(lines)
+        self.accept = accept  # the command that accepts a baseline failure as the new baseline
 
     def render(self) -> str:
-        # The baseline's drift (one line per result) and a changed experiment's fields lead the table.
+        # The baseline's drift (one line per result) and a changed experiment's fields lead the table;
+        # the command that accepts it ends it, ready to paste.
         text = "\n".join([self.title, *self.lines, render(self.checks)])
-        return text + "".join(f"\n{n}" for n in self.notes)
+        text += "".join(f"\n{n}" for n in self.notes)
+        return text + (f"\nto accept this as the new baseline: {self.accept}" if self.accept else "")
 
 
 class PointItem(pytest.Item):
@@ -161,6 +166,7 @@ class PointItem(pytest.Item):
                                  experiment=state.experiment(self.path, self.valid.name, engines[0]),
                                  points=state.document(self.path).point_names)
         checks += verdict.checks
+        self._say_unpinned(primary)
         for note in verdict.notes:
             # Line 0: attributed to the document without quoting its first line ("{").
             warnings.warn_explicit(BaselineWarning(note), None, str(self.path), 0)
@@ -177,7 +183,39 @@ class PointItem(pytest.Item):
             more = f" (+{len(failed) - 1} more)" if len(failed) > 1 else ""
             title = (f"{len(failed)} of {len(checks)} checks failed on {', '.join(ran)}: {first.result} "
                      f"{first.aggregate} got {number(first.got)}, expected {first.expected}{more}")
-            raise PointFailure(title, failed, verdict.notes, verdict.lines)
+            accept = self.accept_command() if any(not c.ok for c in verdict.checks) else ""
+            raise PointFailure(title, failed, verdict.notes, verdict.lines, accept)
+
+    def _say_unpinned(self, point) -> None:
+        """A document that pins no revision ran on whatever weights were there: say which, once per
+        document and process, with the line that pins them. A warning, not a failure: the weights'
+        digest is in run.json and the baseline, and a baseline that drifts says the weights changed."""
+        if self.valid.spec.model.revision is not None or point.weights is None:
+            return
+        warned = self.config.stash.setdefault(_UNPINNED, set())
+        if self.path in warned:
+            return
+        warned.add(self.path)
+        warnings.warn_explicit(UnpinnedModelWarning(
+            f"{self.path.name} pins no model.revision; it ran on {point.weights}: pin those weights with "
+            f"\"revision\": \"{point.weights}\" in its model section"), None, str(self.path), 0)
+
+    def accept_command(self) -> str:
+        """The exact command that rewrites this point's baseline from what it computes now, run
+        from where this session was started: its node id, its engine, its baselines folder."""
+        where = self.config.invocation_params.dir
+        try:
+            shown = Path(self.path).relative_to(where)
+        except ValueError:
+            shown = Path(self.path)
+        settings = self.session_state.settings
+        words = ["pytest", f"{shown}::{self.name}", f"--causalab-engine={settings.engines[0]}"]
+        if settings.baselines != "baselines":
+            words.append(f"--causalab-baselines={settings.baselines}")
+        for option in ("models", "data"):  # folders given on the command line (an ini's are read again)
+            words += [f"--causalab-{option}={d}" for d in self.config.getoption(f"causalab_{option}") or ()]
+        words.append("--causalab-update-baselines=failing")
+        return " ".join(shlex.quote(w) for w in words)
 
     def _across(self, ran: dict) -> list:
         """Every metric row and saved tensor of the first engine against each other engine's, within tolerance."""
@@ -237,3 +275,10 @@ def _skip(reason: str):
 
 class BaselineWarning(UserWarning):
     """A baseline was written or rewritten; commit it."""
+
+
+class UnpinnedModelWarning(UserWarning):
+    """A document ran on a model whose revision it does not pin: which weights, and how to pin them."""
+
+
+_UNPINNED = pytest.StashKey[set]()  # documents already warned about in this process

@@ -54,10 +54,13 @@ class ModelFacts:
     # component -> (problem, fix): what this family, or this checkpoint's config, does not have
     absent: Mapping[str, tuple] = field(default_factory=dict)
     context_length: Optional[int] = None  # positions it was built for; None: no fixed bound (ALiBi)
+    # What identifies the weights that run: a local checkpoint's sha256 digest, or the hub commit
+    # transformers resolved; recorded in run.json and baselines whether or not the document pins it.
+    weights: Optional[str] = None
 
     @classmethod
     def from_config(cls, config, tokenizer, *, key: str, revision: Optional[str],
-                    modules=None) -> "ModelFacts":
+                    modules=None, weights: Optional[str] = None) -> "ModelFacts":
         """``modules``: the document's ``model.modules`` (a custom layout), when it names one."""
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         d_model = text.hidden_size
@@ -76,6 +79,7 @@ class ModelFacts:
             transform=transform, layout=layout, tokenizer=tokenizer,
             absent=layout.refused(text) if layout else {},
             context_length=_context_length(text),
+            weights=weights,
         )
 
     @property

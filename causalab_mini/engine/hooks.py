@@ -136,7 +136,7 @@ class HooksEngine(AnswersFromFacts, Engine):
             raise loading._hub_failure(resolved, err, roots) from None
         loading.freeze(model)
         facts = ModelFacts.from_config(model.config, tokenizer, key=ref.key, revision=resolved.revision,
-                                       modules=ref.modules)
+                                       modules=ref.modules, weights=resolved.weights)
         return cls(model, facts)
 
     # --- compile time -------------------------------------------------------------------------

@@ -34,6 +34,9 @@ class ResolvedModel:
     source: str  # what from_pretrained gets: a local directory or a hub id
     revision: Optional[str]  # hub commit, or the local weights' digest
     local: bool
+    # The digest of the weights this resolution hashed (a local checkpoint's, whether or not the
+    # document pins it); None where no weight file was read (a hub id, an ndif shell).
+    weights: Optional[str] = None
 
 
 def _split(value: Union[str, Sequence, None]) -> list[Path]:
@@ -125,7 +128,7 @@ def resolve(key: str, revision: Optional[str], *, document: Optional[Path] = Non
                     f"the weights at {key!r} are {digest}, and the document names {revision}",
                     "the checkpoint changed since the document was written: rerun the experiment "
                     f"on purpose by writing \"revision\": \"{digest}\", or restore the weights")
-            return ResolvedModel(key, str(candidate), digest, True)
+            return ResolvedModel(key, str(candidate), digest, True, weights=digest)
     if key.startswith((".", "/")) or key.count("/") > 1:
         raise ModelError("model.key", f"{key!r} is not a model directory (searched: "
                          f"{', '.join(map(str, searched)) or 'nowhere'})",

@@ -60,6 +60,15 @@ def served_dtype(model: Any) -> str:
     return str(head.weight.dtype)
 
 
+def model_record(engine: Any) -> dict:
+    """Which model ran: the document's key and the weights' identity (a local checkpoint's
+    sha256, as ``causalab-mini revision`` prints it), recorded whether or not the document pins
+    a revision, so a result always says what it was computed on. ``weights`` is null where no
+    weight file was read here (a hub id, an NDIF shell): the pinned revision then says it."""
+    facts = getattr(engine, "_facts", None)
+    return {"key": getattr(facts, "key", None), "weights": getattr(facts, "weights", None)}
+
+
 def record(engine: Any, remote: Any, batch_size: Optional[int], at_once: int = 1) -> dict:
     """The run record of a run by ``engine`` (a loaded engine instance). ``at_once`` is recorded
     only when points were stacked (> 1): a stacked batch is another shape for the kernels."""
@@ -71,6 +80,7 @@ def record(engine: Any, remote: Any, batch_size: Optional[int], at_once: int = 1
         "versions": versions(),
         "causalab_mini": source_digest(),
         "served_dtype": served_dtype(engine.model),
+        "model": model_record(engine),
     }
     if at_once > 1:
         found["at_once"] = at_once

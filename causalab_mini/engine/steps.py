@@ -424,6 +424,9 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
         obs.results[m.name] = value.detach().cpu()
     if eligible:
         obs.results["eligible"] = eligible
+    for name in obs.kept:  # asked for by the run (cm.run(reads=...)): the value as read, on the CPU
+        value = values[name]
+        obs.results[name] = value.detach().cpu() if torch.is_tensor(value) else value
     for out in obs.outputs:
         value = values[out.read]
         window, ragged = windows[out.read]
