@@ -156,7 +156,8 @@ def check_run_options(batch_size: Optional[int], at_once: int) -> None:
 
 def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, out=None,
         batch_size: Optional[int] = None, models=None, data=None, device_map: str = "cpu",
-        trust_remote_code: bool = False, share: bool = True, cache=None, at_once: int = 1) -> Run:
+        trust_remote_code: bool = False, share: bool = True, cache=None, at_once: int = 1,
+        reads=None) -> Run:
     """Run every point of the document and return them as a ``Run``.
 
     ``loaded``: an engine from ``load`` (its model reused; ``engine`` is then its name).
@@ -169,11 +170,21 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     and stored; the Run, and ``out``, are what computing every point gives. ``cache.served(run)``
     names the points served. A folder that cannot be used is refused before the load.
     ``at_once``: up to this many points' passes stacked into one model call, within the batch
-    size (``engine/at_once.py``); recorded in run.json when above 1."""
+    size (``engine/at_once.py``); recorded in run.json when above 1.
+    ``reads``: read names (or ``"all"``) whose activations each point keeps in memory —
+    ``point.value(name)``, a CPU tensor as read: rows in the dataset's order, then the read's
+    positions, then its width. Nothing on disk changes (a step's ``outputs`` and ``saves`` put a
+    read in a file); a name no pass reads is refused before the load."""
     from .plan.write import check_out, check_targets, planned_files, write
 
     doc = read(document)
     check_run_options(batch_size, at_once)
+    if reads is not None and cache is not None:
+        raise PlanError("reads", "a point served from the cache ran no forward, so it has no activations "
+                        "to keep", "leave out cache= to keep reads, or save them with the step's "
+                        "outputs and saves")
+    if reads is not None:
+        _check_reads(doc, reads)
     if out is not None:
         out = Path(out)
         check_out(out)
@@ -188,6 +199,10 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     else:
         engine = loaded.name
     plan = compile(doc, loaded=loaded, data=data, share=share)
+    if reads is not None:
+        from .plan.keep import keep_reads
+
+        plan = keep_reads(plan, reads)
     if out is not None:
         check_targets(out, planned_files(plan))
     if store is not None:
@@ -204,6 +219,20 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     if out is not None:
         ran.files = write(plan, out, record)
     return ran
+
+
+def _check_reads(doc: Document, reads) -> None:
+    """Refuse, before the load, a kept read the document declares nowhere."""
+    from .plan.keep import ALL
+
+    if reads == ALL:
+        return
+    names = [reads] if isinstance(reads, str) else list(reads)
+    declared = sorted({n for p in doc.points for iv in p.spec.interventions.values() for n in iv.reads})
+    for name in names:
+        if name not in declared:
+            raise PlanError("reads", f"{name!r} is not a read of {doc.name}",
+                            f"name reads the document declares: {declared}, or reads=\"all\"")
 
 
 def run_of(doc: Document, engine: str, plan, out: Optional[Path] = None, record: Optional[dict] = None) -> Run:

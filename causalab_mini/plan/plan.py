@@ -216,6 +216,9 @@ class Observe:
     # Reads this pass takes from the root plan's Shared step instead of running their forward:
     # (this pass's name for the read, the shared read's name). See share.py.
     borrowed: tuple[tuple[str, str], ...] = ()
+    # Reads this pass leaves in its results after scoring (``cm.run(reads=...)``, keep.py): not
+    # part of the experiment, so not compared.
+    kept: tuple[str, ...] = field(default=(), compare=False)
 
     kind = "observe"
 
