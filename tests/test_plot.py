@@ -93,6 +93,8 @@ def test_heatmap_is_the_grid_in_sweep_order(layer_pos, result):
     np.testing.assert_array_equal(np.asarray(image.get_array()), np.array(grid.values))
     ax = image.axes
     assert _texts(ax.get_yticklabels()) == [label(v) for v in grid.rows]  # layers, as the sweep lists them
+    # Opened from disk, a pass of bare indices recorded no tokens, so its ticks are the coordinates
+    # (in memory they name the token too: test_plot_labels.py).
     assert _texts(ax.get_xticklabels()) == [label(v) for v in grid.columns]
     assert (ax.get_ylabel(), ax.get_xlabel()) == ("layers", "pos")
     unit = layer_pos.points[0].result(result).rows[0]["unit"]

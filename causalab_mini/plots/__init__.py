@@ -13,7 +13,10 @@ What is drawn when ``kind`` is not given (``choose`` says, without drawing):
 
 * ``heatmap`` — two swept axes (``y`` the rows, ``x`` the columns; by default in the document's
   order): ``Run.grid``'s mean per point, each cell annotated; a diverging map centred on 0 for
-  a metric in logits, 0–1 for fractions and probabilities, the data's range otherwise.
+  a metric in logits, 0–1 for fractions and probabilities, the data's range otherwise. Rows go
+  down in sweep order, so layer 0 is at the top. A position axis's tick is the coordinate and
+  the token every row lands on (``-1 ' is'``), or the position alone where rows differ or the
+  run does not say (``-4``, ``-1 entity``): ``ticks`` and ``landed`` say how that is decided.
 * ``line`` — one swept axis: the mean per point, in sweep order, with ``Result.ci`` as a band.
 * ``bars`` — an unswept run: one panel per saved metric (or the one asked for), mean and CI.
 * ``gate`` — a run whose ``weights`` step saves a gate (DBM's mask): per point, the units the

@@ -7,6 +7,9 @@ import math
 from ..errors import PlanError
 from .choose import Choice, coordinate, metric_results, result_of, split_key, unit_of, varying_axes
 from .style import DIVERGING_UNITS, SEQUENTIAL_UNITS, SIZE, figure, colour_limits, title
+from .ticks import tick_labels
+
+LABEL_ROOM = 70  # characters of x tick text a heatmap's width holds level (~7 px each at 9 pt)
 
 
 def heatmap(run, chosen: Choice, **_):
@@ -19,11 +22,20 @@ def heatmap(run, chosen: Choice, **_):
     unit = unit_of(run, chosen.result)
     cmap, low, high = colour_limits(unit, values.ravel().tolist())
     fig, (ax,) = figure()
-    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=low, vmax=high, origin="lower",
+    # Row 0 at the top, rows going down in sweep order: layer 0 drawn first, as TransformerLens'
+    # and nnsight's tutorials draw a layer x position grid (and as the grid's own values read).
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=low, vmax=high, origin="upper",
                       aspect="auto", interpolation="nearest")
     image.set_gid("heatmap")
-    ax.set_xticks(range(len(grid.columns)), [coordinate(c) for c in grid.columns])
-    ax.set_yticks(range(len(grid.rows)), [coordinate(r) for r in grid.rows])
+    columns = tick_labels(run, chosen.x, grid.columns)
+    ax.set_xticks(range(len(grid.columns)), columns)
+    ax.set_yticks(range(len(grid.rows)), tick_labels(run, chosen.y, grid.rows))
+    if max(map(len, columns), default=0) * len(columns) > LABEL_ROOM:
+        # Tokens make long ticks: slanted, each ends under its own column instead of overlapping.
+        ax.tick_params(axis="x", labelrotation=30)
+        for text in ax.get_xticklabels():
+            text.set_horizontalalignment("right")
+            text.set_rotation_mode("anchor")
     ax.set_xlabel(chosen.x)
     ax.set_ylabel(chosen.y)
     colours, norm = image.get_cmap(), Normalize(low, high)
