@@ -26,6 +26,7 @@ from . import documents, runner
 from .errors import PlanError
 from .plan.expect import Expectation
 from .results import Point, Run, Scored, Result, point_name, stem
+from .timing import KEY as TIMING, Clock
 
 PathLike = Union[str, Path]
 
@@ -193,12 +194,15 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
         from .cache import open_store
 
         store = open_store(cache, engine=engine if loaded is None else loaded.name)
+    clock = Clock()
     if loaded is None:
-        loaded = load(doc, engine=engine, models=models, device_map=device_map,
-                      trust_remote_code=trust_remote_code)
+        with clock.measure("load"):
+            loaded = load(doc, engine=engine, models=models, device_map=device_map,
+                          trust_remote_code=trust_remote_code)
     else:
         engine = loaded.name
-    plan = compile(doc, loaded=loaded, data=data, share=share)
+    with clock.measure("compile"):
+        plan = compile(doc, loaded=loaded, data=data, share=share)
     if reads is not None:
         from .plan.keep import keep_reads
 
@@ -209,12 +213,14 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
         from .cache.serve import run_cached
 
         return run_cached(store, doc, loaded, plan, engine=engine, out=out, batch_size=batch_size, data=data,
-                          share=share, at_once=at_once)
+                          share=share, at_once=at_once, clock=clock)
     # "ndif" is the nnterp engine on a weightless shell, whose session goes to NDIF: where a run
     # happens is the engine's to say, not a second code path here.
-    plan = loaded.execute(plan, batch_size=batch_size, at_once=at_once)
+    swept = {p.name: p.name for p in doc.points if p.name is not None}
+    with clock.walk(swept):
+        plan = loaded.execute(plan, batch_size=batch_size, at_once=at_once)
     # The record names the run's point, so open() calls an unswept run's one point what run() did.
-    record = {**plan.provenance, "document": doc.name}
+    record = {**plan.provenance, "document": doc.name, TIMING: clock.record(swept)}
     ran = run_of(doc, engine, plan, out, record)
     if out is not None:
         ran.files = write(plan, out, record)

@@ -1,4 +1,4 @@
-"""``causalab-mini``: vocab, schema, data, validate, explain, run, table, revision.
+"""``causalab-mini``: causal experiments on transformer language models, written as JSON documents.
 
 Every refusal is a ``CausalabError``; it is printed as one message (path, what
 is wrong, what to write instead) without a traceback, and the exit status is 2.
@@ -170,7 +170,24 @@ def _cmd_run(args) -> int:
         for line in notes(ran.plan):
             print(line, file=sys.stderr)
     _say_cached(ran)
+    _say_time(ran)
     return 0
+
+
+def _say_time(ran) -> None:
+    """``time: load 2.31 s, compile 0.05 s, compute 4.20 s (shared forwards 0.61 s, points 0.30–0.41 s)``
+    on stderr: where the run's time went (run.json's ``timing`` has each point's)."""
+    from .timing import KEY
+
+    timing = (ran.record or {}).get(KEY) or {}
+    parts = [f"{stage} {timing[f'{stage}_s']:.2f} s" for stage in ("load", "compile", "compute")
+             if timing.get(f"{stage}_s") is not None]
+    points = [s for s in (timing.get("points") or {}).values() if s is not None]
+    if points:
+        parts[-1] += (f" (shared forwards {timing['shared_s']:.2f} s, {len(points)} points "
+                      f"{min(points):.2f}–{max(points):.2f} s each)")
+    if parts:
+        print("time: " + ", ".join(parts), file=sys.stderr)
 
 
 def _say_cached(ran) -> None:
@@ -219,8 +236,12 @@ NO_SHARE = ("give every sweep point its own forwards (by default a forward sever
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="causalab-mini", description=__doc__.splitlines()[0])
-    verbs = top.add_subparsers(dest="verb", required=True)
+    top = argparse.ArgumentParser(prog="causalab-mini", description=__doc__.splitlines()[0].replace("``", ""),
+                                  formatter_class=argparse.RawDescriptionHelpFormatter,
+                                  epilog="Run `causalab-mini VERB --help` for a verb's options.")
+    top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    verbs = top.add_subparsers(dest="verb", required=True, metavar="VERB",
+                               title="verbs (document → plan → run → results)")
 
     p = verbs.add_parser("vocab", help="the closed vocabularies: components, mechanisms, featurizers, "
                                        "metrics, position forms")
@@ -261,10 +282,15 @@ def parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_revision)
 
     p = verbs.add_parser("run", help="run a document and write its results")
-    p.add_argument("document")
-    p.add_argument("--engine", choices=("nnterp", "hooks", "ndif"), default="nnterp")
-    p.add_argument("--device-map", default="cpu")
-    p.add_argument("--batch-size", type=int, default=None)
+    p.add_argument("document", help="a *.causalab.json document (every sweep point runs)")
+    p.add_argument("--engine", choices=("nnterp", "hooks", "ndif"), default="nnterp",
+                   help="nnterp: nnsight through nnterp's standardized names; hooks: plain torch forward "
+                        "hooks; ndif: the nnterp engine on a weightless shell, run on NDIF (default nnterp)")
+    p.add_argument("--device-map", default="cpu", metavar="MAP",
+                   help="where the weights load: cpu, cuda:0, auto (spread over every device), ... "
+                        "(transformers' device_map; default cpu)")
+    p.add_argument("--batch-size", type=int, default=None, metavar="N",
+                   help="rows per forward (default: every row of a pass in one forward)")
     p.add_argument("--out", required=True, help="the directory to write results into")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="load a model whose directory or repository ships code of its own (runs that code)")
@@ -311,6 +337,16 @@ def parser() -> argparse.ArgumentParser:
                    help="the page to write (default causalab-report.html here)")
     p.set_defaults(func=_cmd_report)
     return top
+
+
+def _version() -> str:
+    """The installed distribution's version (the source tree's when run uninstalled)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("causalab-mini")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv=None) -> int:

@@ -19,6 +19,7 @@ from typing import Callable, Iterable, Optional, Union
 from . import api
 from .errors import PlanError
 from .results import Run
+from .timing import KEY as TIMING, Clock
 
 OutFor = Union[None, str, Path, Callable[[str], Optional[Path]]]
 # run_together's folders: (document, point name or None for an unswept document) -> folder or None
@@ -42,20 +43,22 @@ def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str =
         raise PlanError("run_points", f"{doc.name} is not swept: it has one point",
                         "run it with causalab_mini.run")
     api.check_run_options(batch_size, at_once)
+    clock = Clock()
     if loaded is None:  # an unknown point and an unusable folder are refused before the model loads
         for p in _chosen(doc, names):
             folder = _out_of(out, p.name)
             if folder is not None:
                 check_out(folder)
-        loaded = api.load(doc, engine=engine, models=models, device_map=device_map,
-                          trust_remote_code=trust_remote_code)
+        with clock.measure("load"):
+            loaded = api.load(doc, engine=engine, models=models, device_map=device_map,
+                              trust_remote_code=trust_remote_code)
     (runs,) = run_together([(doc, names)], loaded=loaded, out=lambda _doc, name: _out_of(out, name),
-                           batch_size=batch_size, data=data, share=share, at_once=at_once)
+                           batch_size=batch_size, data=data, share=share, at_once=at_once, clock=clock)
     return runs
 
 
 def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[int] = None, data=None,
-                 share: bool = True, at_once: int = 1) -> list[dict]:
+                 share: bool = True, at_once: int = 1, clock: Optional[Clock] = None) -> list[dict]:
     """Points of several documents on one loaded model, computed in one walk.
 
     ``selections``: ``[(document, names)]`` — a document (path, dict or ``Document``) and the
@@ -65,7 +68,8 @@ def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[
     when ``out(document, name)`` gives it a folder. A forward that points of different documents
     run identically — the same model on the same token ids, unwritten — runs once for all of
     them. Every document is run on ``loaded``, as ``run(loaded=...)`` runs it: group documents by
-    the model they name. Everything that can refuse does so before the first forward."""
+    the model they name. Everything that can refuse does so before the first forward. ``clock``:
+    where the caller measured the load (each point's run.json records its timing)."""
     from .plan.plan import Plan
     from .plan.share import share as share_forwards
     from .plan.write import check_out, check_targets, planned_files, write
@@ -77,9 +81,11 @@ def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[
             for i, (doc, points) in enumerate(chosen) for p in points}
     for folder in filter(None, outs.values()):
         check_out(folder)
+    clock = clock or Clock()
     children: dict = {}
     for i, (doc, points) in enumerate(chosen):
-        plan = api.compile(api.Document(doc.raw, doc.path, points), loaded=loaded, data=data, share=False)
+        with clock.measure("compile"):
+            plan = api.compile(api.Document(doc.raw, doc.path, points), loaded=loaded, data=data, share=False)
         for p in points:
             # A point is keyed by its document's place in the call: two documents may share names.
             children[_key(i, p.name)] = plan if p.name is None else plan.steps[p.name]
@@ -87,14 +93,16 @@ def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[
     for (i, name), folder in outs.items():
         if folder is not None:
             check_targets(folder, planned_files(_alone(root, _key(i, name))))
-    plan = loaded.execute(share_forwards(root) if share else root, batch_size=batch_size, at_once=at_once)
+    with clock.walk(children):
+        plan = loaded.execute(share_forwards(root) if share else root, batch_size=batch_size, at_once=at_once)
     runs: list[dict] = []
     for i, (doc, points) in enumerate(chosen):
         mine = {}
         for p in points:
             single = doc if p.name is None else doc.point(p.name)
             alone, folder = _alone(plan, _key(i, p.name)), outs[(i, p.name)]
-            record = {**plan.provenance, "document": single.name}  # as run() records the point alone
+            # As run() records the point alone, with this point's own seconds.
+            record = {**plan.provenance, "document": single.name, TIMING: clock.point_record(_key(i, p.name))}
             ran = api.run_of(single, engine, alone, folder, record)
             if folder is not None:
                 ran.files = write(alone, folder, record)

@@ -1,9 +1,9 @@
 """Points at once (engine/at_once.py): several points' forwards stacked into one model call.
 
 Held to the same points run one by one (``at_once=1``): on one thread, bit for bit. Stacking
-changes only the batch a kernel sees; on several threads PyTorch splits a left-padded batch's
-work by its size, and the plain model itself, called directly, then moves in the low bits —
-which this module shows — so there the results agree to float32 rounding (≈5e-6).
+changes only the batch a kernel sees; on several threads PyTorch may split a left-padded batch's
+work by its size (the plain model's own low bits can move with it, depending on the machine),
+so there the results are held within fp32's default tolerance and matches exactly.
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from model_calls import counting_calls
 from paths import CORPUS, V2
 
 import causalab_mini as cm
-from causalab_mini.engine import at_once, taps
+from causalab_mini.engine import at_once
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -37,24 +37,28 @@ def test_points_at_once_compute_what_points_one_by_one_do(engines, path, engine)
     assert together == plain  # on one thread (this module's), bit for bit
 
 
-def test_on_two_threads_a_padded_batch_rounds_with_its_size_in_the_plain_model_itself(engines):
-    """Why at_once is bit-equal on one thread only: on two, the same rows twice as many times give
-    other low bits from the model alone (no hook, no causalab_mini op in the way)."""
-    loaded = engines(LAYER_POS, "hooks")
-    forward = cm.compile(LAYER_POS, loaded=loaded).points[0].steps["score"].forwards[0]
-    assert any(0 in row for row in forward.mask)
-    inputs = taps.model_inputs(forward, "cpu")
+@pytest.mark.parametrize("engine", ["hooks", "nnterp"])
+def test_on_two_threads_at_once_agrees_with_one_by_one_within_the_dtypes_tolerance(engines, engine):
+    """What at_once promises on several threads: PyTorch may split a left-padded batch's work by
+    its size there (whether the low bits then move is the machine's BLAS to decide, so it is not
+    asserted), and every value stays within fp32's default tolerance, every match exactly."""
+    loaded = engines(LAYER_POS, engine)
+    points = len(cm.read(LAYER_POS).points)
+    rtol, atol = cm.default_tolerance("fp32")
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
-        with torch.no_grad():
-            alone = loaded.model(**inputs).logits
-            doubled = loaded.model(**{k: v.repeat(2, 1) if torch.is_tensor(v) else v
-                                      for k, v in inputs.items()}).logits[:forward.rows]
+        plain, together = (_values(cm.run_points(LAYER_POS, loaded=loaded, at_once=k)) for k in (1, points))
     finally:
         torch.set_num_threads(before)
-    assert not torch.equal(alone, doubled)  # the low bits move with the batch's size…
-    assert torch.allclose(alone, doubled, rtol=1e-5, atol=1e-5)  # …and only they
+    assert together.keys() == plain.keys()
+    for key, values in plain.items():
+        assert [v is None for v in together[key]] == [v is None for v in values], key
+        if key[1] == "iia":
+            assert together[key] == values, key
+        else:
+            for a, b in zip(together[key], values):
+                assert b is None or abs(a - b) <= atol + rtol * abs(b), (key, a, b)
 
 
 @pytest.mark.parametrize("engine", ["hooks", "nnterp"])

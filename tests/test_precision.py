@@ -84,7 +84,7 @@ def test_a_reduced_precision_run_on_both_engines(loaded, name, dtype):
 
 def test_featurizer_arithmetic_stays_float32_on_a_bf16_activation():
     """A subspace swap of a bf16 activation: featurized, swapped and inverted in float32, then
-    rounded to bf16 once — as a hand computation in float32 gives it, and not as bf16 arithmetic."""
+    rounded to bf16 once — as a hand computation in float32 gives it."""
     torch.manual_seed(0)
     sub = Subspace(64, 8, seed=3)
     x = (torch.randn(4, 64) * 6).to(torch.bfloat16)
@@ -94,10 +94,10 @@ def test_featurizer_arithmetic_stays_float32_on_a_bf16_activation():
         q = sub.basis().detach().to(torch.float32)
         x32 = x.to(torch.float32)
         by_hand = (x32 - (x32 @ q) @ q.T + op @ q.T).to(torch.bfloat16)
-        in_bf16 = (x - (x @ q.bfloat16()) @ q.bfloat16().T + op.bfloat16() @ q.bfloat16().T)
     assert out.dtype == torch.bfloat16
+    # Equal to one float32 computation rounded once; how bf16 arithmetic itself would round (its
+    # matmul accumulation) is the machine's BLAS, so no test asserts it differs.
     torch.testing.assert_close(out, by_hand, rtol=0, atol=0)
-    assert not torch.equal(out, in_bf16)  # the float32 path is not what bf16 arithmetic gives
 
 
 def test_default_tolerance_follows_the_dtype():

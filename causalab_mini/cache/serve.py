@@ -135,10 +135,12 @@ def _saved(point: Plan) -> dict[str, bytes]:
 
 
 def run_cached(store: Store, doc, loaded, plan: Plan, *, engine: str, out: Optional[Path],
-               batch_size: Optional[int], data, share: bool, at_once: int = 1) -> Run:
+               batch_size: Optional[int], data, share: bool, at_once: int = 1, clock=None) -> Run:
     """``api.run``'s walk and write, through ``store`` (see the module's docstring)."""
     from ..engine import provenance
+    from ..timing import KEY as TIMING, Clock
 
+    clock = clock or Clock()
     model = keying.model_parts(loaded)
     keyed = _keyed(doc, loaded, plan, data=data)
     record = provenance.record(loaded, False, batch_size, at_once)  # what execute will record (it replaces it)
@@ -152,7 +154,8 @@ def run_cached(store: Store, doc, loaded, plan: Plan, *, engine: str, out: Optio
     executed, made = None, {}
     if needed:
         sub = plan if not hits else _compiled(doc, [k.valid for k in needed], loaded, data=data, share=share)
-        executed = loaded.execute(sub, remote=False, batch_size=batch_size, at_once=at_once)
+        with clock.walk({k.valid.name: k.name for k in needed if k.prefix}):
+            executed = loaded.execute(sub, remote=False, batch_size=batch_size, at_once=at_once)
         record = dict(executed.provenance)  # stored under what the run recorded, not what was foreseen
         for k in needed:
             point = executed.steps[k.valid.name] if k.prefix else executed
@@ -166,7 +169,9 @@ def run_cached(store: Store, doc, loaded, plan: Plan, *, engine: str, out: Optio
             if storable(scored):
                 parts = k.parts(model, record)
                 store.put(keying.digest(parts), parts, Entry(tuple(scored), made[k.name]))
-    run_record = {**record, "document": doc.name}
+    # A served point computed nothing here: its seconds are null, and the record says it was served.
+    run_record = {**record, "document": doc.name,
+                  TIMING: clock.record({k.valid.name: k.name for k in keyed if k.prefix})}
     points = []
     for k in keyed:
         folder = (out / k.prefix if k.prefix else out) if out is not None else None

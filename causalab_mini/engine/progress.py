@@ -100,3 +100,32 @@ def announce_batch(name: str, rows: int, done: int, total: int) -> None:
     """``rows`` more rows of pass ``name`` went through its forwards: ``done`` of ``total``."""
     if _listeners:
         _tell(Event("batch", name, done, total, rows))
+
+
+class Stopwatch:
+    """Seconds each sweep point's own work took, from a walk's events (``listening(stopwatch)``).
+
+    A point's time runs from its ``"point"`` event to its ``"done"``; points stacked into one call
+    (``at_once``) finish together and share their group's time evenly. What no point owns — the
+    shared forwards every point borrows from — is the walk's time less the points' sum, which the
+    caller measures around the walk. ``names``: the sweep points' step names (a fit's epochs also
+    finish with a ``"done"``, under other names).
+    """
+
+    def __init__(self, names) -> None:
+        self.names = set(names)
+        self.seconds: dict[str, float] = {}
+        self._started: float | None = None
+        self._group: list[str] = []
+
+    def __call__(self, event: Event) -> None:
+        import time
+
+        if event.kind == "point":
+            self._started, self._group = time.perf_counter(), []
+        elif event.kind == "done" and event.name in self.names and self._started is not None:
+            self._group.append(event.name)
+            each = (time.perf_counter() - self._started) / len(self._group)
+            for name in self._group:
+                self.seconds[name] = each
+

@@ -104,22 +104,49 @@ def metric_summary(m: Metric, example_ids: Sequence[str], indent: str) -> list[s
 
 def notes(plan) -> list[str]:
     """One line per metric of a run whose rows are not all scored on whole, distinct answers:
-    what ``causalab-mini run`` prints after the files, so a mean is read for what it is."""
-    lines = []
+    what ``causalab-mini run`` prints after the files, so a mean is read for what it is. A sweep
+    says it once per metric (and per distinct count), naming the points it applies to."""
+    said: dict[tuple[str, str], list[str]] = {}  # (step/metric, what) -> points, in run order
     for path, step in plan.walk():
         if not isinstance(step, Observe):
             continue
+        point, where = path.split("/", 1) if _under_point(plan, path) else ("", path)
         for m in step.metrics:
-            n = len(m.column_eligible)
-            said = []
-            shared = m.column_reasons.count("answers_share_token")
-            missing = m.column_reasons.count("no_answer")
-            if shared:
-                said.append(f"{shared} of {n} rows excluded (answers_share_token)")
-            if missing:
-                said.append(f"{missing} of {n} rows excluded (no_answer)")
-            if m.partial:
-                said.append(f"{m.partial} of {n} rows scored on the first of several tokens")
-            if said:
-                lines.append(f"note: {path}/{m.name}: " + ", ".join(said))
+            what = _caveats(m)
+            if what:
+                said.setdefault((f"{where}/{m.name}", what), []).append(point)
+    lines = []
+    swept = sum(1 for s in plan.steps.values() if hasattr(s, "steps"))
+    for (metric, what), points in said.items():
+        named = [p for p in points if p]
+        at = ("" if not named else f" (at all {swept} points)" if len(named) == swept
+              else f" (at {_points(named)})")
+        lines.append(f"note: {metric}: {what}{at}")
     return lines
+
+
+def _under_point(plan, path: str) -> bool:
+    """Whether a step's path starts with a sweep point's name (``layers=0,pos=-1/score``)."""
+    head = path.split("/", 1)[0]
+    return "/" in path and head in plan.steps and hasattr(plan.steps[head], "steps")
+
+
+def _points(names: list[str]) -> str:
+    """``3 points: a, b, c``, the list cut after five."""
+    shown = ", ".join(names[:5]) + (f", … ({len(names) - 5} more)" if len(names) > 5 else "")
+    return f"{len(names)} point{'s' if len(names) != 1 else ''}: {shown}"
+
+
+def _caveats(m: Metric) -> str:
+    """What a metric's rows are short of: excluded rows, answers scored on their first token."""
+    n = len(m.column_eligible)
+    said = []
+    shared = m.column_reasons.count("answers_share_token")
+    missing = m.column_reasons.count("no_answer")
+    if shared:
+        said.append(f"{shared} of {n} rows excluded (answers_share_token)")
+    if missing:
+        said.append(f"{missing} of {n} rows excluded (no_answer)")
+    if m.partial:
+        said.append(f"{m.partial} of {n} rows scored on the first of several tokens")
+    return ", ".join(said)
