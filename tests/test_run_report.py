@@ -87,3 +87,17 @@ def test_version_and_help():
            "torch forward hooks; ndif:" in run and "(default nnterp)" in run
     assert "--device-map MAP where the weights load:" in run
     assert "--batch-size N rows per forward" in run
+
+
+def test_pytest_without_the_plugin_names_it_instead_of_collecting_nothing():
+    """`pytest documents/` from a pytest that lacks the plugin (the venv not activated; here the
+    plugin's autoload turned off): one line naming it, and not exit 5 (no tests)."""
+    import os
+    import sys
+
+    env = {**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    env.pop("PYTEST_ADDOPTS", None)
+    done = subprocess.run([sys.executable, "-m", "pytest", "documents/v2/patching.causalab.json"], cwd=REPO,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == pytest.ExitCode.USAGE_ERROR
+    assert done.stderr.strip() == "ERROR: Missing required plugins: causalab-mini"
