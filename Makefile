@@ -8,9 +8,15 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test bench bench-charmap fixtures artifacts
 
+# TORCH_INDEX: where torch comes from. Empty (the default) is pip's own index, which on Linux
+# serves torch==2.13.0 as its CUDA build (several GB with its nvidia-* wheels); for the CPU build
+# there: make test TORCH_INDEX=https://download.pytorch.org/whl/cpu
+TORCH_INDEX ?=
+TORCH_FROM := $(if $(TORCH_INDEX),--index-url $(TORCH_INDEX),)
+
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install --quiet --disable-pip-version-check torch==2.13.0
+	$(BIN)/pip install --quiet --disable-pip-version-check $(TORCH_FROM) torch==2.13.0
 	$(BIN)/pip install --quiet --disable-pip-version-check -e ".[test,plots]"
 	touch $(STAMP)
 
