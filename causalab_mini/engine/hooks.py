@@ -20,6 +20,7 @@ from typing import ClassVar
 from ..errors import EngineError
 from . import loading, provenance, standardize, steps, taps
 from .base import Engine
+from .complete import load_causal_lm
 from .facts import AnswersFromFacts, ModelFacts
 from .families import INPUT
 
@@ -121,17 +122,15 @@ class HooksEngine(AnswersFromFacts, Engine):
         nothing: no module boundary exposes the pattern, so ``locate`` refuses it here.
         """
         loading.quiet_loading()
-        from transformers import AutoModelForCausalLM
-
         ref = loading.model_ref(model_ref)
         resolved = loading.resolve(ref.key, ref.revision, document=document, roots=models)
         roots = loading.model_roots(models, document)
         # first: it reports an unreachable hub id, and refuses a directory's own code
         tokenizer = loading.load_tokenizer(resolved, roots, trust_remote_code=trust_remote_code)
         try:
-            model = AutoModelForCausalLM.from_pretrained(
-                resolved.source, revision=loading.hub_revision(resolved), dtype=loading.torch_dtype(ref),
-                device_map=device_map, use_safetensors=True, trust_remote_code=bool(trust_remote_code))
+            model = load_causal_lm(resolved, dict(
+                revision=loading.hub_revision(resolved), dtype=loading.torch_dtype(ref),
+                device_map=device_map, use_safetensors=True, trust_remote_code=bool(trust_remote_code)))
         except (OSError, ValueError) as err:
             raise loading._hub_failure(resolved, err, roots) from None
         loading.freeze(model)

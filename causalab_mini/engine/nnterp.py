@@ -60,6 +60,7 @@ from ..errors import CausalabError, CompileError, EngineError, ModelError, Unsup
 from ..plan import plan as plan_module
 from . import loading, provenance, steps, taps
 from . import standardize
+from .complete import load_causal_lm
 from .facts import AnswersFromFacts, ModelFacts
 from .families import INPUT
 
@@ -202,10 +203,15 @@ class NNterpEngine(AnswersFromFacts):
             raise Unsupported("model", f"{ref.key} is an image-text model, which this project loads as a "
                               "module (its weights read here) for nnsight to wrap", "run it with --engine "
                               "nnterp or --engine hooks where its weights fit")
-        if facts.layout is not None and facts.layout.multimodal:
-            # nnsight's LanguageModel will not load an image-text model by name; its text half runs
-            # on text documents, so it is loaded here and handed over as a module.
-            source = _load_module(resolved, options, eager)
+        if weights:
+            # Loaded here and handed over as a module: so transformers' load report is checked
+            # (complete.py: no tensor initialised at random), and because nnsight's LanguageModel
+            # will not load an image-text model by name (its text half runs on text documents).
+            try:
+                with loading.quiet_library_logs():  # the load report is checked, not printed
+                    source = load_causal_lm(resolved, {**options, **({"attn_implementation": "eager"} if eager else {})})
+            except (OSError, ValueError) as err:  # no safetensors weights, a broken file, ...
+                raise loading._hub_failure(resolved, err, roots) from None
             options = {}
         with loading.quiet_library_logs():
             try:
@@ -414,14 +420,6 @@ def _rename_config(layout):
     if layout is None:
         return None
     return RenameConfig(layers_name=layout.layers, ln_final_name=layout.ln_final)
-
-
-def _load_module(resolved, options: dict, eager: bool):
-    """The checkpoint as a plain transformers module (safetensors only), for nnterp to wrap."""
-    from transformers import AutoModelForCausalLM
-
-    extra = {"attn_implementation": "eager"} if eager else {}
-    return AutoModelForCausalLM.from_pretrained(resolved.source, **options, **extra)  # options: safetensors only
 
 
 def _session_options(model, remote) -> dict:
