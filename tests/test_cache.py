@@ -10,6 +10,7 @@ hold a cache is refused before anything loads or runs.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import threading
@@ -267,6 +268,45 @@ def test_a_damaged_entry_is_a_miss_and_is_replaced(filled, damaged):
     assert_miss(loaded, lambda cache: cm.run(PATCHING, loaded=loaded, cache=cache), store)
 
 
+def _scored_blob(store, key):
+    return store / "blobs" / json.loads(Store(store).entry_path(key).read_text())["scored"]["sha256"]
+
+
+def _edited_rows(data: bytes) -> bytes:
+    """The stored rows with every value changed: what an edit that makes a failing test pass does."""
+    scored = json.loads(data)
+    for s in scored:
+        for row in s["rows"]:
+            if row.get("value") is not None:
+                row["value"] = 0.999
+    return json.dumps(scored, ensure_ascii=False, sort_keys=True).encode("utf-8")
+
+
+def test_rows_edited_in_place_are_a_miss(filled):
+    """The scored rows are a blob named by its digest: an edit of its bytes is seen on read."""
+    loaded, store = filled
+    blob = _scored_blob(store, cache.keys(cm.read(PATCHING), loaded)["patching"])
+    blob.write_bytes(_edited_rows(blob.read_bytes()))
+    fresh = assert_miss(loaded, lambda cache: cm.run(PATCHING, loaded=loaded, cache=cache), store)
+    assert 0.999 not in fresh.point().result("logit_diff").values
+
+
+def test_rows_rewritten_under_their_own_digest_disagree_with_the_saved_files_and_are_a_miss(filled):
+    """A forger who writes edited rows as a new blob and points the entry at it still serves
+    nothing: a saved metric's rows must be its saved file's, which is digest-checked too."""
+    loaded, store = filled
+    key = cache.keys(cm.read(PATCHING), loaded)["patching"]
+    forged = _edited_rows(_scored_blob(store, key).read_bytes())
+    sha = hashlib.sha256(forged).hexdigest()
+    (store / "blobs" / sha).write_bytes(forged)
+    entry = Store(store).entry_path(key)
+    raw = json.loads(entry.read_text())
+    raw["scored"] = {"sha256": sha, "size": len(forged)}
+    entry.write_text(json.dumps(raw))
+    assert Store(store).get(key, raw["parts"]) is None
+    assert_miss(loaded, lambda cache: cm.run(PATCHING, loaded=loaded, cache=cache), store)
+
+
 def test_an_entry_missing_its_blob_is_a_miss(filled):
     loaded, store = filled
     for blob in (store / "blobs").iterdir():
@@ -298,7 +338,8 @@ def test_writers_of_one_key_never_leave_a_half_entry(tmp_path):
     """Several writers storing one key while a reader reads it: the reader finds the entry whole or
     none, never a damaged one; the last rename wins, with the same bytes."""
     rows_ = [{"example_id": "0", "value": 0.5, "eligible": True}]
-    entry = Entry((Scored("score", "iia", Result("iia", rows_), "iia.json"),), {"iia.json": b"x" * 100_000})
+    entry = Entry((Scored("score", "iia", Result("iia", rows_), "iia.json"),),
+                  {"iia.json": json.dumps(rows_).encode(), "acts.safetensors": b"x" * 100_000})
     parts = {"format": cache.FORMAT, "what": "a test"}
     key = cache.digest(parts)
     stores = [Store(tmp_path) for _ in range(4)]

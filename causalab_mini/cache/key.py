@@ -32,7 +32,7 @@ from typing import Any, Mapping
 from ..errors import CausalabError
 from ..plan.plan import Epochs, FeaturizerSpec, Plan
 
-FORMAT = 1  # bumped when an entry's layout or the key's parts change: every older entry then misses
+FORMAT = 2  # bumped when an entry's layout or the key's parts change: every older entry then misses
 
 
 class CacheError(CausalabError):

@@ -2,9 +2,15 @@
 
 ::
 
-    DIR/entries/<key>.json   the entry: format, key, parts, every scored metric (step, name,
-                             file, rows), and the point's saved files as (path, sha256, size)
-    DIR/blobs/<sha256>       a saved file's bytes, named by their digest
+    DIR/entries/<key>.json   the entry: format, key, parts, the blob of every scored metric
+                             (step, name, file, rows) and the point's saved files, each as
+                             (sha256, size)
+    DIR/blobs/<sha256>       a saved file's bytes, or the scored metrics' JSON, named by their digest
+
+Every byte a hit serves comes out of a blob whose digest is checked as it is read: the rows the
+run reports and its expectations and baselines are held to as much as the files it writes. An
+entry edited to say other rows names a blob that is not there (a miss); rows that disagree with
+the metric files saved beside them are a miss too.
 
 A file is written whole under a temporary name and renamed into place (``files.write_atomic``),
 blobs before the entry that names them, so a reader finds either no entry or one whose blobs are
@@ -84,7 +90,7 @@ class Store:
         if raw.get("parts") != parts:
             raise ValueError("stored for other parts")
         scored = []
-        for s in raw["scored"]:
+        for s in json.loads(self._blob(raw["scored"])):
             if not (isinstance(s["step"], str) and isinstance(s["name"], str)
                     and (s["file"] is None or isinstance(s["file"], str))
                     and isinstance(s["rows"], list) and all(isinstance(r, dict) for r in s["rows"])):
@@ -92,38 +98,47 @@ class Store:
             scored.append(Scored(s["step"], s["name"], Result(s["name"], s["rows"]), s["file"]))
         files = {}
         for f in raw["files"]:
-            data = self._blob(f["sha256"])
-            if len(data) != f["size"] or hashlib.sha256(data).hexdigest() != f["sha256"]:
-                raise ValueError(f"{f['path']}'s bytes are not the ones stored")
             if not isinstance(f["path"], str):
                 raise ValueError("a file's path is not a string")
-            files[f["path"]] = data
+            files[f["path"]] = self._blob(f)
+        for s in scored:  # a metric saved as a file: its rows are that file's, byte for byte
+            if s.file is not None and s.file in files and json.loads(files[s.file]) != s.result.rows:
+                raise ValueError(f"{s.file} and the rows stored for {s.name} disagree")
         return Entry(tuple(scored), files)
 
-    def _blob(self, sha: Any) -> bytes:
+    def _blob(self, ref: Any) -> bytes:
+        """A blob's bytes, checked against the digest and size the entry names: a miss otherwise."""
+        sha, size = ref["sha256"], ref["size"]
         if not isinstance(sha, str) or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
             raise ValueError("not a sha256")
-        return (self.root / BLOBS / sha).read_bytes()
+        data = (self.root / BLOBS / sha).read_bytes()
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+            raise ValueError(f"blob {sha[:12]}'s bytes are not the ones stored")
+        return data
 
     def put(self, key: str, parts: Mapping, entry: Entry) -> bool:
         """Store ``entry`` under ``key`` (replacing a damaged one); False, with a warning, when the
         folder stopped taking files: the run's own results are not lost for it."""
-        listed = []
         try:
-            for rel, data in entry.files.items():
-                sha = hashlib.sha256(data).hexdigest()
-                blob = self.root / BLOBS / sha
-                if not (blob.is_file() and hashlib.sha256(blob.read_bytes()).hexdigest() == sha):
-                    write_atomic(blob, data)
-                listed.append({"path": rel, "sha256": sha, "size": len(data)})
+            listed = [{"path": rel, **self._put_blob(data)} for rel, data in entry.files.items()]
             scored = [{"step": s.step, "name": s.name, "file": s.file, "rows": s.result.rows} for s in entry.scored]
-            record = {"format": FORMAT, "key": key, "parts": dict(parts), "scored": scored, "files": listed}
+            rows = self._put_blob(json.dumps(scored, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+            record = {"format": FORMAT, "key": key, "parts": dict(parts), "scored": rows, "files": listed}
             write_atomic(self.entry_path(key), (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
         except OSError as err:
             warnings.warn(f"result cache {self.root}: could not store an entry ({err.strerror or err}); "
                           "the run's results are kept, the next run computes them again", stacklevel=2)
             return False
         return True
+
+
+    def _put_blob(self, data: bytes) -> dict:
+        """Write ``data`` under its digest (unless a sound copy is there); its reference."""
+        sha = hashlib.sha256(data).hexdigest()
+        blob = self.root / BLOBS / sha
+        if not (blob.is_file() and hashlib.sha256(blob.read_bytes()).hexdigest() == sha):
+            write_atomic(blob, data)
+        return {"sha256": sha, "size": len(data)}
 
 
 def storable(scored) -> bool:
