@@ -24,17 +24,19 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from ..files import write_atomic
+from ..files import TMP_SUFFIX, write_atomic
 from ..results import Result, Scored
 from .key import FORMAT, CacheError
 
 ENTRIES = "entries"
 BLOBS = "blobs"
+ORPHAN_AGE = 3600.0  # seconds: a temporary file this old belongs to a write that was killed
 
 
 @dataclass(frozen=True)
@@ -69,6 +71,19 @@ class Store:
         for sub in (self.root / ENTRIES, self.root / BLOBS):
             if not os.access(sub, os.W_OK | os.X_OK):
                 raise CacheError(str(sub), "cannot be written into", "name a cache folder you can write")
+        self._sweep_orphans()
+
+    def _sweep_orphans(self) -> None:
+        """Remove the temporary files of writes that were killed before their rename. A writer's
+        own is seconds old; one older than ``ORPHAN_AGE`` is nobody's."""
+        now = time.time()
+        for sub in (self.root / ENTRIES, self.root / BLOBS):
+            for tmp in sub.glob(f".*{TMP_SUFFIX}"):
+                try:
+                    if now - tmp.stat().st_mtime > ORPHAN_AGE:
+                        tmp.unlink()
+                except OSError:  # gone already (another run swept it), or not ours to remove
+                    pass
 
     def entry_path(self, key: str) -> Path:
         return self.root / ENTRIES / f"{key}.json"

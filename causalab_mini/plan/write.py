@@ -28,6 +28,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -191,13 +193,27 @@ def state(out: Path) -> str:
 
 def check_out(out: Path) -> None:
     """Refuse an ``--out`` that cannot take a run, before anything is computed: a file, or a
-    folder (or the nearest existing parent of one to be made) that cannot be written."""
+    folder that cannot be made or written. Tried for real — the folders made and a file written
+    in the last, then all of it removed — since permission bits do not say what a file system
+    takes (``/proc``, a read-only mount, root's access to everything)."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise EngineError("--out", f"{out} is a file, and a run writes a folder", "name a folder")
-    existing = next((p for p in (out, *out.parents) if p.exists()), None)
-    if existing is None or not existing.is_dir() or not os.access(existing, os.W_OK | os.X_OK):
-        raise EngineError("--out", f"{existing or out} cannot be written into", "name a folder you can write")
+    made = [p for p in (out, *out.parents) if not p.exists()]
+    try:
+        for folder in reversed(made):
+            folder.mkdir()
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as err:
+        raise EngineError("--out", f"{out} cannot be written into ({err.strerror or err})",
+                          "name a folder you can write") from None
+    finally:
+        for folder in made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
 
 
 def _listed(path: Path) -> list[str]:
@@ -248,9 +264,16 @@ def _clean_orphans(out: Path, names) -> None:
 
 
 def check_targets(out: Path, files) -> None:
-    """Refuse, before anything is written, a file whose place is a folder, or whose folder is a file."""
+    """Refuse, before anything is written, a file whose place is a folder, whose folder is a file,
+    or whose folder is a symbolic link (which would send the run's files outside ``out``)."""
     for rel in files:
         target = out / rel
+        for parent in target.parents:
+            if parent == out:
+                break
+            if parent.is_symlink():
+                raise PlanError(rel, f"{parent} is a symbolic link, and the run's files would land where it "
+                                "points, outside the run's folder", "remove the link, or write elsewhere with --out")
         if target.is_dir():
             raise PlanError(rel, f"{target} is a folder, and the run writes a file there",
                             "move that folder away, or save to another file_path")
@@ -297,6 +320,29 @@ def commit(out: Path, files: dict[str, bytes]) -> list[Path]:
     check_out(out)
     check_targets(out, files)
     out.mkdir(parents=True, exist_ok=True)
+    with _owned(out):
+        return _commit_owned(out, files)
+
+
+@contextmanager
+def _owned(out: Path):
+    """Hold ``out`` for one commit: another run committing into it waits here until this one has
+    finished, so a finished folder is always exactly one run. An exclusive ``flock`` on the
+    folder itself — no lock file to leave behind — released by the kernel if the process dies."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; runs into one folder must not overlap there
+        yield
+        return
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def _commit_owned(out: Path, files: dict[str, bytes]) -> list[Path]:
     previous = _previous_files(out)
     ours = previous | set(files) | {INCOMPLETE}
     _clean_orphans(out, ours)
