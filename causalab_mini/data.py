@@ -27,7 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Optional, Union
 
-from . import jsontext
+from . import jsontext, reading
 from .errors import DataError
 from .suggest import close_matches, did_you_mean, join, phrase, suggest_fix
 
@@ -276,7 +276,9 @@ def load(ref: str, roots: Iterable, *, path: str = "") -> Dataset:
                         _NO_ROOT_FIX)
     for root in roots:
         file = root / name / f"{split}{SUFFIX}"
-        if file.is_file():
+        # exists, not is_file: a FIFO or a device under the split's name is refused as what it
+        # is (in _parse), rather than reported missing.
+        if file.exists():
             return _load_file(file, f"{name}/{split}", path)
     here = available(roots)
     splits = [r.split("/", 1)[1] for r in here if r.split("/", 1)[0] == name]
@@ -323,19 +325,27 @@ MAX_LINE_BYTES = 2**20
 
 def _parse(file: Path, path: str) -> tuple:
     try:
-        size = file.stat().st_size
-        if size > MAX_BYTES:
-            raise DataError(path, f"{file} is {size / 2**20:.0f} MiB, over the {MAX_BYTES >> 20} MiB a split "
-                            "may hold", "sample the rows an experiment needs into a split of their own")
-        text = file.read_text(encoding="utf-8-sig")
+        # A regular file only, read to at most MAX_BYTES + 1 (reading.py: /dev/zero, a FIFO).
+        raw = reading.read_bytes(file, MAX_BYTES)
+        text = raw.decode("utf-8-sig")
+    except reading.TooLarge as exc:
+        size = f"more than {MAX_BYTES >> 20}" if exc.at_least else f"{exc.size / 2**20:.0f}"
+        raise DataError(path, f"{file} is {size} MiB, over the {MAX_BYTES >> 20} MiB a split "
+                        "may hold", "sample the rows an experiment needs into a split of their own") from None
+    except reading.NotRegular as exc:
+        raise DataError(path, f"{file} {exc}", "name a split saved as a .jsonl file") from None
     except UnicodeDecodeError as exc:
         raise DataError(path, f"{file} is not UTF-8 ({exc.reason} at byte {exc.start})",
                         "save the file as UTF-8 JSON Lines") from None
     except OSError as exc:
         raise DataError(path, f"cannot read {file}: {exc}", "check the file's permissions") from None
+    # Newlines as text mode reads them (how splits were always read): "\r\n" and a lone "\r"
+    # become "\n". A JSON string holds neither raw, so no value changes, only where lines end.
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
     rows = []
-    # Lines end at "\n" alone (JSON Lines; a "\r" before it is JSON whitespace): str.splitlines
-    # would also cut at U+2028, U+0085 and the like, which a JSON string may hold as they are.
+    # Lines end at "\n" alone: str.splitlines would also cut at U+2028, U+0085 and the like,
+    # which a JSON string may hold as they are.
     for lineno, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue

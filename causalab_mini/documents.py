@@ -21,15 +21,16 @@ MAX_DOCUMENT_BYTES = 16 << 20  # a document is a few kilobytes; data belongs in 
 
 
 def read(path: Union[str, Path]) -> dict:
-    from . import jsontext
+    from . import jsontext, reading
 
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_DOCUMENT_BYTES:
-            raise DocumentError(str(path), f"the document is {size} bytes, over the limit of "
-                                f"{MAX_DOCUMENT_BYTES >> 20} MiB", "keep rows in a dataset, not in the document")
-        data = path.read_bytes()
+        data = reading.read_bytes(path, MAX_DOCUMENT_BYTES)
+    except reading.TooLarge as err:
+        raise DocumentError(str(path), f"the document is {err}, over the limit of "
+                            f"{MAX_DOCUMENT_BYTES >> 20} MiB", "keep rows in a dataset, not in the document") from None
+    except reading.NotRegular as err:
+        raise DocumentError(str(path), f"the document {err}", "name the .causalab.json file itself") from None
     except OSError as err:
         raise DocumentError(str(path), f"cannot read the document ({err.strerror})",
                             "check the path") from None
@@ -66,8 +67,13 @@ def points(raw: dict) -> list[ValidPoint]:
     """Every sweep point of a document, validated (no model, no data), its expectations included:
     a result, point or axis they name that the document does not have is refused here, so
     ``validate``, ``explain`` and pytest's collection refuse the same documents alike."""
+    from . import jsontext
     from .plan import expect
 
+    try:  # a dict handed over from Python (cm.read(dict)) has met no JSON reader's checks
+        jsontext.check(raw)
+    except jsontext.Problem as err:
+        raise DocumentError(err.where or "document", err.problem, err.fix) from None
     found = [ValidPoint(p.name, validate_point(p.document), p.document, p.coords) for p in sweep.lower(raw)]
     expect.check_points(found)
     return [_own_expectations(p) for p in found]

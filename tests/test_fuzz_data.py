@@ -171,7 +171,9 @@ def test_a_mutated_split_compiles_or_is_refused_typed(base, facts, case):
 # Text with the characters a line reader can trip on: the ones str.splitlines cuts at, "\r", quotes.
 TEXT = st.text(st.characters(exclude_categories=["Cs"]) | st.sampled_from("\u2028\u2029\x85\x0b\x0c\x1c\x1d\x1e\r\n\"\\"),
                max_size=12)
-VALUE = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | TEXT,
+# Finite floats: NaN and infinities are refused at read (test_hostile_inputs.py), so a row holding
+# one is not well formed.
+VALUE = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | TEXT,
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
                      max_leaves=8)
 ROW = st.dictionaries(TEXT, VALUE, max_size=5)

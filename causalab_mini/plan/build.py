@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from .. import data as data_mod
+from .. import reading
 from ..errors import CompileError, MissingArtifact
 from ..ops import locate
 from ..vocab import FEATURIZERS, METRICS
@@ -111,11 +112,17 @@ class _PointCompiler:
         return feat.k
 
     def _file(self, file_path: str, path: str) -> Path:
-        resolved = (self.ctx.document_dir / file_path).resolve()
-        if not resolved.is_file():
+        named = self.ctx.document_dir / file_path
+        resolved = named.resolve()
+        try:
+            reading.check_regular(named)  # a FIFO blocks and /dev/zero never ends: refused by kind
+        except reading.NotRegular as err:
+            raise CompileError(path, f"{file_path!r} ({named}) {err}",
+                               "point at a bundle a weights step saved") from None
+        except OSError:
             raise MissingArtifact(path, f"{file_path!r} does not exist (looked at {resolved})",
-                               "write the path relative to the document, or run the document "
-                               "whose weights step saves it")
+                                  "write the path relative to the document, or run the document "
+                                  "whose weights step saves it") from None
         return resolved
 
     def _k(self, name: str) -> Optional[int]:

@@ -5,10 +5,11 @@ The header is JSON after an 8-byte length, so shapes are known without loading
 """
 from __future__ import annotations
 
-import json
+import os
 import struct
 from pathlib import Path
 
+from .. import jsontext, reading
 from ..errors import CompileError
 from ..vocab import FEATURIZERS
 
@@ -19,12 +20,16 @@ MAX_HEADER_BYTES = 100_000_000  # safetensors' own bound on a header
 def header(path: Path) -> dict:
     """The header of a safetensors file, checked to be one before its declared length is trusted:
     a renamed pickle or any other file would have its first 8 bytes read as a length to allocate."""
-    size = Path(path).stat().st_size
-    with open(path, "rb") as fh:
+    with reading.open_regular(path) as fh:  # not a FIFO or a device, whatever the name says
+        size = os.fstat(fh.fileno()).st_size
         (length,) = struct.unpack("<Q", fh.read(8))
         if length > min(size - 8, MAX_HEADER_BYTES):
             raise ValueError(f"its first 8 bytes declare a {length}-byte header in a {size}-byte file")
-        meta = json.loads(fh.read(length))
+        text = fh.read(length).decode("utf-8")
+    try:  # held to what documents are: a repeated key, NaN, deep nesting refused, not last-wins
+        meta = jsontext.loads(text)
+    except jsontext.Problem as err:
+        raise ValueError(f"its header: {err.where + ': ' if err.where else ''}{err.problem}") from None
     if not isinstance(meta, dict) or not all(
             isinstance(v, dict) and isinstance(v.get("shape"), list) for k, v in meta.items() if k != "__metadata__"):
         raise ValueError("its header is not a map of tensor names to dtype, shape and offsets")

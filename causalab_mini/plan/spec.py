@@ -121,6 +121,12 @@ class ModelRef(_Strict):
         wrong = names.problem(key, relative=False)
         if wrong:
             raise ValueError(f"model key {key[:80]!r} {wrong}")
+        if ".." in key.split("/"):
+            # A key is looked up under the document's folder and the model search path; ".."
+            # would climb out of them to any directory on the machine. A hub id (org/name) has none.
+            raise ValueError(f"model key {key[:80]!r} climbs out of its folder with '..'; put the model "
+                             "under the model search path (--models, CAUSALAB_MODELS, a models/ folder "
+                             "above the document) and name it there, or beside the document")
         return key
 
     @property
@@ -195,7 +201,9 @@ class Featurizer(_Strict):
     @field_validator("file_path")
     @classmethod
     def _loadable(cls, path: Optional[str]) -> Optional[str]:
-        # Relative to the document, and it may reach a sibling folder (../artifacts/...).
+        # Relative to the document, and it may reach a sibling folder (../artifacts/...: the
+        # corpus keeps its bundles there). What that reaches is bounded otherwise: a .safetensors
+        # name, a regular file only (build._file), and only its header read at compile time.
         wrong = names.problem(path, relative=False) if path is not None else None
         if wrong:
             raise ValueError(f"{path[:80]!r} {wrong}")
