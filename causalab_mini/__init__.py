@@ -36,8 +36,8 @@ _HOME = {
                      "resolve_model", "family_layout"), ".api"),
     **dict.fromkeys(("Run", "Point", "Result", "Grid", "SUFFIX", "stem", "point_name"), ".results"),
     **dict.fromkeys(("CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
-                     "MissingArtifact", "PlanError", "BaselineError", "WriteError", "EngineError",
-                     "Unsupported", "HubUnreachable"), ".errors"),
+                     "MissingArtifact", "PlanError", "DamagedRun", "BaselineError", "WriteError",
+                     "EngineError", "Unsupported", "HubUnreachable"), ".errors"),
     **dict.fromkeys(("Expectation", "Comparison"), ".plan.expect"),
     **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".runner"),
     "weights_digest": ".engine.loading",
@@ -67,7 +67,7 @@ __all__ = [
     "SUFFIX", "stem", "point_name", "label", "Expectation", "Comparison", "ENGINES", "LOCAL_ENGINES",
     # refusals
     "CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
-    "MissingArtifact", "PlanError", "BaselineError", "WriteError", "EngineError", "Unsupported",
+    "MissingArtifact", "PlanError", "DamagedRun", "BaselineError", "WriteError", "EngineError", "Unsupported",
     "HubUnreachable", "CacheError",
 ]
 

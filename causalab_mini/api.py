@@ -17,12 +17,11 @@ an engine's name; a loaded engine (``load``) is passed as ``loaded``.
 from __future__ import annotations
 
 import copy
-import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional, Union
 
-from . import documents, runner
+from . import documents, run_files, runner
 from .errors import PlanError
 from .plan.expect import Expectation
 from .results import Point, Run, Scored, Result, point_name, stem
@@ -268,44 +267,32 @@ def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as ru
                    else f"no {RUN}: not a run directory")
         raise PlanError(str(directory), problem, "open the folder a run wrote (the one holding run.json), "
                         "or run the document again")
-    record = _json_file(directory / RUN)
-    doc = read(_json_file(directory / "document.json"), path=directory / "document.json")
+    # run.json first, with every file it lists present, so a damaged folder is refused naming
+    # the file before any of it is read as a result (run_files.py says why).
+    record = run_files.record(directory)
+    doc = read(run_files.json_object(directory / "document.json", directory), path=directory / "document.json")
     engine = runner.engine_name(record.get("engine"), remote=bool(record.get("remote")))
     swept = not (len(doc.points) == 1 and doc.points[0].name is None)
     pts = []
     for p in doc.points:
         folder = directory / p.name if swept else directory
         name = p.name if swept else record.get("document") or directory.resolve().name
-        pts.append(_opened_point(folder, name, p, engine))
+        if swept:  # checked, not used here: plot and report read each point's own document.json
+            run_files.json_object(folder / "document.json", directory)
+        pts.append(_opened_point(folder, name, p, engine, directory))
     return Run(None, engine, pts, directory, record)
 
 
-def _json_file(path: Path):
-    """A run's own JSON file, or a refusal naming it: a damaged record is never half read."""
-    try:
-        value = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as err:
-        raise PlanError(str(path), f"cannot be read as a run's record ({err})",
-                        "run the document again into this folder") from None
-    if not isinstance(value, dict):
-        raise PlanError(str(path), "is not a JSON object, as a run's record is", "run the document again")
-    return value
-
-
-def _opened_point(folder: Path, name: str, valid, engine: str) -> Point:
+def _opened_point(folder: Path, name: str, valid, engine: str, directory: Path) -> Point:
+    """One point's saves as its run wrote them, each checked as it is read (``directory``: the
+    run's folder, which the refusal of a damaged file tells the user to run into again)."""
     scored, tensors = [], {}
     for step_name, step in valid.spec.steps.items():
         for save in getattr(step, "saves", ()):
             file = folder / save.file_path
             if save.file_path.endswith(".json"):
-                rows = json.loads(file.read_text(encoding="utf-8"))
+                rows = run_files.metric_rows(file, directory)
                 scored.append(Scored(step_name, save.value, Result(save.value, rows), save.file_path))
             else:
-                tensors[save.file_path] = _tensors(file)
+                tensors[save.file_path] = run_files.tensors(file, directory)
     return Point(None, name, dict(valid.coords), engine, scored, valid.spec.produced_by, None, folder, tensors)
-
-
-def _tensors(file: Path) -> dict[str, Any]:
-    from safetensors.torch import load_file
-
-    return dict(load_file(str(file)))

@@ -226,9 +226,17 @@ def _cmd_report(args) -> int:
 
     page = report.from_folders(args.directories)
     path = report.write(page, args.output)
-    counts = ", ".join(f"{n} {outcome}" for outcome, n in page.counts().items()) or "no points"
-    print(f"{path.resolve()}\n{len(page.sections)} runs, {counts}")
-    return 0
+    counts = [f"{n} {outcome}" for outcome, n in page.counts().items()]
+    damaged = page.damaged
+    if damaged:
+        counts.append(f"{len(damaged)} damaged")
+    print(f"{path.resolve()}\n{len(page.sections)} runs, {', '.join(counts) or 'no points'}")
+    # The page is written either way (the damaged runs marked on it), but a damaged run is results
+    # lost, not results: say which and why, and exit 1 so a script or CI job notices — not 2,
+    # which is a refusal that wrote nothing.
+    for section in damaged:
+        print(f"damaged: {section.source}: {section.damaged}", file=sys.stderr)
+    return 1 if damaged else 0
 
 
 NO_SHARE = ("give every sweep point its own forwards (by default a forward several points run identically, "

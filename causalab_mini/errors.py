@@ -58,6 +58,12 @@ class PlanError(CausalabError):
     """A question asked of a plan has no single answer (an ambiguous result name, say)."""
 
 
+class DamagedRun(PlanError):
+    """A finished run's folder (its run.json present) cannot be read back: run.json, or a file it
+    lists, is missing or damaged. ``path`` is the file; the fix is always to run the document again
+    into the folder. A ``PlanError``, as ``open``'s refusal of a damaged run.json always was."""
+
+
 class BaselineError(CausalabError):
     """A stored baseline file cannot be read as one (corrupt, another format, the wrong shape)."""
 

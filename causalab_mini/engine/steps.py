@@ -430,13 +430,16 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
     for out in obs.outputs:
         value = values[out.read]
         window, ragged = windows[out.read]
+        path = f"steps.{obs.name}.outputs.{out.name}"  # an output's field in the document
         if out.reduce == "mean":
+            where = f"interventions.{obs.intervention}.reads.{out.read}.pos"
+            _check_harvested(path, where, out, window, positions)
             published = Published(reduce.mean(value), per_row=False)
         elif out.reduce == "pca":
             try:
                 published = Published(reduce.pca(value, out.k), per_row=False)
             except ValueError as err:
-                raise EngineError(out.name, str(err), "harvest more vectors (e.g. every token: "
+                raise EngineError(path, str(err), "harvest more vectors (e.g. every token: "
                                   "{\"all\": true}) or a smaller k") from None
         else:
             counts = tuple(len(w) for w in window) if ragged else None
@@ -444,3 +447,19 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
         state.outputs[out.name] = published
         obs.results[out.name] = published.value.detach().cpu()
     return scored if live else {}
+
+
+def _check_harvested(path: str, pos: str, out, window, positions: Optional[dict]) -> None:
+    """A mean needs one vector at least. A fixed cut that fits no row is refused at compile time,
+    but an anchored one is resolved here, per row, against the run's tokenizer (positions.md):
+    a read skips each row its anchor misses, and when it skips every row there is nothing to
+    average — a mean of nothing, which torch would give as NaN and reduce.mean refuses untyped."""
+    if any(len(w) for w in window):
+        return
+    reasons = (positions or {}).get(out.read, {}).get("reason", ())
+    counted = {r: reasons.count(r) for r in dict.fromkeys(reasons) if r}
+    why = f" ({', '.join(f'{r} on {n}' for r, n in counted.items())})" if counted else ""
+    raise EngineError(path, f"no row had a position for read {out.read!r}: its pos ({pos}) landed on "
+                      f"none of the {len(window)} rows{why}, so the mean it publishes is a mean of no vectors",
+                      "give the read a position every prompt has (`causalab-mini explain DOC --tokens` "
+                      f"shows where it lands), or a fixed one such as -1; {REASON_FIXES}")

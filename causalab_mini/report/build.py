@@ -89,5 +89,6 @@ def from_folders(paths: Iterable, *, title: str = "causalab-mini report") -> Pag
         try:
             sections.append(section_of(open_run(folder), source=str(folder)))
         except CausalabError as err:  # a damaged run is shown as one, not left out in silence
-            sections.append(Section(folder.name, str(folder), notes=[f"not read: {err}"]))
+            sections.append(Section(folder.name, str(folder), notes=[f"damaged, not read: {err}"],
+                                    damaged=str(err)))
     return Page(title, sections, subtitle=f"{len(folders)} run folder{'s' if len(folders) != 1 else ''}")

@@ -55,6 +55,10 @@ def render(page: Page, *, at: Optional[Path] = None) -> str:
     counts = page.counts()
     totals = "".join(f'<span class="{o}" data-outcome="{o}" data-count="{n}">{n} {o}</span>'
                      for o, n in counts.items())
+    damaged = len(page.damaged)
+    if damaged:  # counted apart: a damaged run has no points, so the points' totals never show it
+        totals += (f' <span class="error" data-damaged="{damaged}">{damaged} damaged run'
+                   f'{"s" if damaged != 1 else ""}</span>')
     body = [f"<header><h1>{escape(page.title)}</h1>",
             f'<p class="subtitle">{escape(page.subtitle)}</p>' if page.subtitle else "",
             f'<p class="totals">{len(page.sections)} documents, {sum(counts.values())} points: {totals}</p>',
@@ -83,7 +87,7 @@ def _index(page: Page) -> str:
     for s, anchor in zip(page.sections, anchors(page)):
         n = len(s.points)
         rows.append(f'<tr><td><a href="#{anchor}">{escape(s.name)}</a></td>'
-                    f'<td><span class="badge {s.outcome}">{s.outcome}</span></td>'
+                    f'<td><span class="badge {s.outcome}">{s.badge}</span></td>'
                     f'<td class="number">{n} point{"s" if n != 1 else ""}</td>'
                     f'<td>{len(s.figures)} figure{"s" if len(s.figures) != 1 else ""}</td></tr>')
     return ('<table class="index"><thead><tr><th>document</th><th>outcome</th><th>points</th><th>figures</th>'
@@ -94,8 +98,8 @@ def _section(s: Section, at: Optional[Path], anchor: str) -> str:
     where = " · ".join(escape(x) for x in (s.source or "", f"model {s.model}" if s.model else "",
                                              f"engine {s.engine}" if s.engine else "") if x)
     parts = [f'<section class="document" id="{anchor}" data-document="{escape(s.name)}" '
-             f'data-outcome="{s.outcome}">',
-             f'<h2>{escape(s.name)} <span class="badge {s.outcome}">{s.outcome}</span></h2>',
+             f'data-outcome="{s.outcome}"' + (' data-damaged="true">' if s.damaged else ">"),
+             f'<h2>{escape(s.name)} <span class="badge {s.outcome}">{s.badge}</span></h2>',
              f'<p class="source">{where}</p>' if where else "",
              f'<p class="description">{escape(s.description)}</p>' if s.description else ""]
     parts += [f'<p class="note">{escape(n)}</p>' for n in s.notes]

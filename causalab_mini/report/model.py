@@ -52,12 +52,20 @@ class Section:
     points: list = field(default_factory=list)
     figures: list = field(default_factory=list)
     notes: list = field(default_factory=list)  # why a figure is missing, a collection error, …
+    # Why its run folder could not be read back (cm.open's refusal: a file run.json lists is gone
+    # or cut short): a damaged run has no points to show, and the page and the CLI count it apart.
+    damaged: str = ""
 
     @property
     def outcome(self) -> str:
         """The worst of its points' outcomes (a failure anywhere fails the document)."""
         found = {p.outcome for p in self.points}
         return next((o for o in OUTCOMES if o in found), ERROR if self.notes and not self.points else RAN)
+
+    @property
+    def badge(self) -> str:
+        """What its badge says: its outcome, or ``damaged`` (an error) where its folder is."""
+        return "damaged" if self.damaged else self.outcome
 
     @property
     def results(self) -> list:
@@ -75,6 +83,11 @@ class Page:
     title: str
     sections: list = field(default_factory=list)
     subtitle: str = ""  # what produced it: "pytest documents/ (engine nnterp)", the folders read
+
+    @property
+    def damaged(self) -> list:
+        """The sections whose run folder is damaged (shown, with why, but holding no points)."""
+        return [s for s in self.sections if s.damaged]
 
     def counts(self) -> dict:
         """Outcome → number of points, over every section, in ``OUTCOMES`` order (absent ones left out)."""
