@@ -150,6 +150,12 @@ class PointItem(pytest.Item):
                 ran[engine] = state.point(self.path, self.valid.name, engine)
             except LATER as err:
                 prefix = f"{engine}: " if len(engines) > 1 else ""
+                if state.settings.strict:
+                    # A gate that skips what it cannot run lets a broken document through (a
+                    # misspelt model key reads as an unreachable hub): under CI it fails.
+                    raise type(err)(err.path, err.problem, f"{err.fix + '; ' if err.fix else ''}under "
+                                        "--causalab-strict (or CI) a point that cannot run fails rather "
+                                        "than skips") from None
                 _skip(f"{prefix}{type(err).__name__}: {err}")
         checks = []
         for engine, point in ran.items():

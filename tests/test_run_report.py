@@ -12,6 +12,7 @@ from samples import cli_command
 import causalab_mini as cm
 
 LAYER_POS = V2 / "layer_pos_sweep.causalab.json"
+pytest_plugins = ["pytester"]
 
 
 def cli(*args) -> subprocess.CompletedProcess:
@@ -101,3 +102,20 @@ def test_pytest_without_the_plugin_names_it_instead_of_collecting_nothing():
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == pytest.ExitCode.USAGE_ERROR
     assert done.stderr.strip() == "ERROR: Missing required plugins: causalab-mini"
+
+
+def test_under_strict_a_point_that_cannot_run_fails_instead_of_skipping(tester, monkeypatch):
+    """A misspelt model key with no hub reads as an unreachable hub id: skipped in a plain
+    session, a failure under --causalab-strict and under CI."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    doc = json.loads((V2 / "patching.causalab.json").read_text())
+    doc["header"]["expect"] = []
+    doc["model"] = {"key": "tiny-lama"}
+    (tester.path / "typo.causalab.json").write_text(json.dumps(doc))
+    tester.runpytest("--causalab-engine=hooks").assert_outcomes(skipped=1)
+    strict = tester.runpytest("--causalab-engine=hooks", "--causalab-strict")
+    strict.assert_outcomes(failed=1)
+    strict.stdout.fnmatch_lines(["*HubUnreachable*", "*under --causalab-strict (or CI) a point that cannot run "
+                                 "fails rather than skips*"])
+    monkeypatch.setenv("CI", "true")
+    tester.runpytest("--causalab-engine=hooks").assert_outcomes(failed=1)
