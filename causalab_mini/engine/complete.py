@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ModelError
+from . import checkpoint
 
 FIX = ("restore the checkpoint (save_pretrained writes every tensor the model has) or point model.key at a "
        "complete one")
@@ -23,8 +24,12 @@ FIX = ("restore the checkpoint (save_pretrained writes every tensor the model ha
 def load_causal_lm(resolved, options: dict):
     """``AutoModelForCausalLM.from_pretrained(resolved.source, **options)`` with its load report
     checked; a shape that disagrees with the config is refused as the report's mismatch is."""
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    if getattr(resolved, "local", False):  # headers and sizes checked before a byte is allocated
+        held = checkpoint.check_weight_files(Path(resolved.source))
+        config = AutoConfig.from_pretrained(resolved.source, trust_remote_code=bool(options.get("trust_remote_code")))
+        checkpoint.check_fits(resolved, config, held)
     try:
         with _report_unprinted():
             # ignore_mismatched_sizes: a mismatch comes back in the report (and is refused below

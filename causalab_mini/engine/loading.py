@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence, Union
 
 from ..errors import HubUnreachable, ModelError
+from ..reading import NotRegular, check_regular
 from ..suggest import close_matches, join
 
 ENV_MODELS = "CAUSALAB_MODELS"
@@ -78,6 +79,11 @@ def weights_digest(directory: Path) -> str:
                          "save the model with save_pretrained(..., safe_serialization=True)")
     outer = hashlib.sha256()
     for f in files:
+        try:
+            check_regular(f)  # a FIFO would block the hash, /dev/zero never end it
+        except NotRegular as err:
+            raise ModelError("model.key", f"{f} {err}", "a weight file is a regular .safetensors file: "
+                             "restore the checkpoint") from None
         outer.update(f.name.encode() + b"\0" + file_digest(f))
     return "sha256:" + outer.hexdigest()
 
@@ -256,6 +262,10 @@ def _from_hub(loader, resolved: ResolvedModel, roots, trust_remote_code: bool = 
     terminal whether to run a directory's own code, and a "y" runs it.
     """
     check_code(resolved, trust_remote_code)
+    if resolved.local:  # sizes bounded before transformers builds anything from them
+        from .checkpoint import check_config
+
+        check_config(Path(resolved.source))
     revision = None if resolved.local else resolved.revision
     options = {"trust_remote_code": bool(trust_remote_code)}
     if resolved.local:
