@@ -42,6 +42,20 @@ def patching_document() -> dict:
     }
 
 
+def saving_cf_resid(folder: Path) -> Path:
+    """patching.causalab.json with its counterfactual read published and saved as
+    cf_resid.safetensors beside its metrics, written into ``folder``; its path."""
+    import json
+
+    from paths import V2
+    doc = json.loads((V2 / "patching.causalab.json").read_text())
+    doc["steps"]["score"]["outputs"] = {"cf_resid": "v_cf"}
+    doc["steps"]["score"]["saves"].append({"value": "cf_resid", "file_path": "cf_resid.safetensors"})
+    path = Path(folder) / "saving.causalab.json"
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def with_pattern(raw: dict) -> dict:
     """A patching document (``raw``, changed in place and returned) that also reads layer 1's
     attention pattern over the last 6 queries and saves it as attention.safetensors."""

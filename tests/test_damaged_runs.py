@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from paths import DATA, V2
+from samples import saving_cf_resid
 from report_page import ReportPage
 
 import causalab_mini as cm
@@ -30,11 +31,7 @@ def runs(engines, tmp_path_factory) -> dict:
     counterfactual read published and saved as cf_resid.safetensors beside its metrics)."""
     base = tmp_path_factory.mktemp("damaged")
     cm.run(SWEEP, loaded=engines(SWEEP, "hooks"), out=base / "sweep")
-    doc = json.loads(PATCHING.read_text())
-    doc["steps"]["score"]["outputs"] = {"cf_resid": "v_cf"}
-    doc["steps"]["score"]["saves"].append({"value": "cf_resid", "file_path": "cf_resid.safetensors"})
-    path = base / "saving.causalab.json"
-    path.write_text(json.dumps(doc))
+    path = saving_cf_resid(base)
     cm.run(path, loaded=engines(PATCHING, "hooks"), out=base / "saving", data=DATA)
     return {"sweep": base / "sweep", "saving": base / "saving"}
 

@@ -13,6 +13,7 @@ import pytest
 import torch
 from model_calls import untimed
 from paths import DATA, V2
+from samples import saving_cf_resid
 
 import causalab_mini as cm
 
@@ -99,11 +100,7 @@ def test_kept_reads_change_nothing_on_disk(engines, tmp_path):
 
 
 def test_a_read_published_and_saved_is_on_disk_as_read(engines, hf_model, tmp_path):
-    doc = json.loads(PATCHING.read_text())
-    doc["steps"]["score"]["outputs"] = {"cf_resid": "v_cf"}
-    doc["steps"]["score"]["saves"].append({"value": "cf_resid", "file_path": "cf_resid.safetensors"})
-    path = tmp_path / "saving.causalab.json"
-    path.write_text(json.dumps(doc))
+    path = saving_cf_resid(tmp_path)
     cm.run(path, loaded=engines(PATCHING, "hooks"), out=tmp_path / "out", data=DATA)
     saved = cm.open(tmp_path / "out").point().saved_tensors()["cf_resid.safetensors"]["cf_resid"]
     expected = counterfactual_states(hf_model, "weekdays", 0)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import json
 import logging
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 from ..errors import ModelError
-from . import checkpoint
+from . import checkpoint, loading
 
 FIX = ("restore the checkpoint (save_pretrained writes every tensor the model has) or point model.key at a "
        "complete one")
@@ -31,7 +30,10 @@ def load_causal_lm(resolved, options: dict):
         config = AutoConfig.from_pretrained(resolved.source, trust_remote_code=bool(options.get("trust_remote_code")))
         checkpoint.check_fits(resolved, config, held)
     try:
-        with _report_unprinted():
+        # transformers logs its load report (and what follows from a tensor missing, such as
+        # layers left unsharded) as warnings; the report is checked below instead, and a refusal
+        # says what it found: a report printed above a refusal is two messages for one problem.
+        with loading.held_logs(("transformers",), logging.ERROR):
             # ignore_mismatched_sizes: a mismatch comes back in the report (and is refused below
             # naming the tensor and both shapes) instead of as transformers' RuntimeError.
             model, report = AutoModelForCausalLM.from_pretrained(resolved.source, output_loading_info=True,
@@ -44,23 +46,6 @@ def load_causal_lm(resolved, options: dict):
                          "(save_pretrained writes both)") from None
     check(report, resolved)
     return model
-
-
-@contextmanager
-def _report_unprinted():
-    """transformers logs its load report (and what follows from a tensor missing, such as layers
-    left unsharded) as warnings; the report is checked here instead, and a refusal says what it
-    found: a report printed above a refusal is two messages for one problem."""
-    names = ("transformers",)
-    loggers = [logging.getLogger(n) for n in names]
-    levels = [lg.level for lg in loggers]
-    for lg in loggers:
-        lg.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
 
 
 def check(report: dict, resolved) -> None:

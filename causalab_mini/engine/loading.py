@@ -345,16 +345,22 @@ def quiet_library_logs():
     ERROR before nnterp's fallback succeeds. None of it is the user's business: a load
     that really fails raises.
     """
-    names = ("nnterp", "torch._subclasses.fake_tensor")
+    with held_logs(("nnterp", "torch._subclasses.fake_tensor"), logging.CRITICAL):
+        yield
+
+
+@contextmanager
+def held_logs(names, level: int):
+    """The named loggers held to ``level`` inside the block, as they were after it."""
     loggers = [logging.getLogger(n) for n in names]
     levels = [lg.level for lg in loggers]
     for lg in loggers:
-        lg.setLevel(logging.CRITICAL)
+        lg.setLevel(level)
     try:
         yield
     finally:
-        for lg, level in zip(loggers, levels):
-            lg.setLevel(level)
+        for lg, before in zip(loggers, levels):
+            lg.setLevel(before)
 
 
 def quiet_loading() -> None:
