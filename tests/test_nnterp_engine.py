@@ -8,6 +8,7 @@ Every number here is compared with one computed in this file from a plain
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 import socket
@@ -525,7 +526,11 @@ def test_a_write_at_lm_head_reaches_the_models_logits(gemma2, tmp_path):
 
 def test_provenance_is_portable(llama):
     record = provenance.record(llama.engine, False, None)
-    assert set(record) == {"engine", "remote", "batch_size", "versions", "causalab_mini", "served_dtype"}
+    assert set(record) == {"engine", "remote", "batch_size", "versions", "causalab_mini", "served_dtype", "model"}
+    outer = hashlib.sha256()  # the checkpoint's weights, hashed here: names and bytes of its files
+    for f in sorted((MODELS / "tiny-llama").glob("*.safetensors")):
+        outer.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    assert record["model"] == {"key": "tiny-llama", "weights": "sha256:" + outer.hexdigest()}
     assert record["engine"] == "NNterpEngine" and record["served_dtype"] == "torch.float32"
     assert record["versions"] == {p: metadata.version(p) for p in provenance.PACKAGES}
     assert re.fullmatch(r"[0-9a-f]{64}", record["causalab_mini"])
