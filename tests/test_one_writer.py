@@ -84,7 +84,7 @@ def test_an_out_folder_the_file_system_refuses_is_refused_before_the_load(tmp_pa
 
 
 def test_a_refused_out_check_leaves_no_folder_behind(tmp_path):
-    """The check makes the folders to try them, and removes what it made."""
+    """The check tries the nearest existing folder with a probe of its own, and removes it."""
     from causalab_mini.plan.write import check_out
 
     check_out(tmp_path / "a" / "b" / "c")

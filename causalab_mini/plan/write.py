@@ -25,6 +25,7 @@ files a clean run gives.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -193,35 +194,30 @@ def state(out: Path) -> str:
 
 def check_out(out: Path) -> None:
     """Refuse an ``--out`` that cannot take a run, before anything is computed: a file, or a
-    folder that cannot be made or written. Tried for real — the folders made and a file written
-    in the last, then all of it removed — since permission bits do not say what a file system
-    takes (``/proc``, a read-only mount, root's access to everything)."""
+    folder that cannot be written. Tried for real — a folder of a unique name made and removed in
+    ``out``, or in its nearest existing parent — since permission bits do not say what a file
+    system takes (``/proc``, a read-only mount, root's access to everything). Nothing of the
+    user's is made or removed: another run may be making the same ``out`` at the same moment."""
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise EngineError("--out", f"{out} is a file, and a run writes a folder", "name a folder")
-    made = [p for p in (out, *out.parents) if not p.exists()]
+    existing = next((p for p in (out, *out.parents) if p.exists()), None)
     try:
-        for folder in reversed(made):
-            folder.mkdir()
-        with tempfile.TemporaryFile(dir=out):
-            pass
+        if existing is None or not existing.is_dir():
+            raise NotADirectoryError(f"{existing or out} is not a folder")
+        os.rmdir(tempfile.mkdtemp(dir=existing, prefix=".causalab-probe-"))
     except OSError as err:
         raise EngineError("--out", f"{out} cannot be written into ({err.strerror or err})",
                           "name a folder you can write") from None
-    finally:
-        for folder in made:
-            try:
-                folder.rmdir()
-            except OSError:
-                break
 
 
 def _listed(path: Path) -> list[str]:
     try:
         listed = json.loads(path.read_text(encoding="utf-8")).get("files", [])
-    except (OSError, ValueError, AttributeError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         return []
-    return [f for f in listed if isinstance(f, str)]
+    # A record or mark damaged to hold anything but a list of names ({"files": 5}, a string) lists nothing.
+    return [f for f in listed if isinstance(f, str)] if isinstance(listed, list) else []
 
 
 def _previous_files(out: Path) -> set[str]:
@@ -231,7 +227,10 @@ def _previous_files(out: Path) -> set[str]:
 
 
 def _inside(out: Path, rel: str) -> Path | None:
-    root, target = out.resolve(), (out / rel).resolve()
+    try:
+        root, target = out.resolve(), (out / rel).resolve()
+    except (OSError, ValueError, RuntimeError):  # a name no file has ("a\0b"), a symbolic link that loops
+        return None
     return target if root in target.parents else None
 
 
@@ -255,11 +254,16 @@ def _remove(out: Path, rels) -> None:
 
 def _clean_orphans(out: Path, names) -> None:
     """What an interrupted write left: the staging folder, and temporary files of our files."""
-    shutil.rmtree(out / STAGING, ignore_errors=True)
+    stage = out / STAGING
+    if stage.is_symlink() or stage.exists() and not stage.is_dir():
+        # Our name, as a file or a link: a link would send the staged files wherever it points.
+        stage.unlink()
+    shutil.rmtree(stage, ignore_errors=True)
     for rel in names:
         target = _inside(out, rel)
         if target is not None and target.parent.is_dir():
-            for orphan in target.parent.glob(f"{tmp_prefix(target.name)}*{TMP_SUFFIX}"):
+            # The name escaped: a listed "*" would otherwise match every temporary file beside it.
+            for orphan in target.parent.glob(f"{glob.escape(tmp_prefix(target.name))}*{TMP_SUFFIX}"):
                 orphan.unlink(missing_ok=True)
 
 
@@ -319,7 +323,11 @@ def commit(out: Path, files: dict[str, bytes]) -> list[Path]:
     out = Path(out)
     check_out(out)
     check_targets(out, files)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)  # exist_ok: another run may make it at the same moment
+    except OSError as err:
+        raise EngineError("--out", f"{out} cannot be made ({err.strerror or err})", "name a folder you can "
+                          "write") from None
     with _owned(out):
         return _commit_owned(out, files)
 
