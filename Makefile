@@ -39,6 +39,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/charmap.py
 	$(BIN)/python benchmarks/featurizers.py
 	$(BIN)/python benchmarks/sweep.py
+	$(BIN)/python benchmarks/huge_documents.py
 
 # The resolver's character map, fast against the growing-prefix definition (under a minute).
 bench-charmap: $(STAMP)

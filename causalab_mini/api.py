@@ -33,7 +33,9 @@ PathLike = Union[str, Path]
 @dataclass(frozen=True)
 class Document:
     """A document read and validated: its JSON, where it came from, and its sweep points
-    (``name``, ``spec``, ``document``, ``coords``; one point named None when unswept)."""
+    (``name``, ``spec``, ``document``, ``coords``; one point named None when unswept).
+    A swept point's ``document`` shares what its sweep does not change with ``raw`` and the
+    other points: read it, or ``copy.deepcopy`` it to edit it."""
 
     raw: dict
     path: Optional[Path]

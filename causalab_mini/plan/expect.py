@@ -195,45 +195,133 @@ def check_points(points) -> None:
 
     ``points``: ``documents.points(raw)`` (name, spec, coords). Run at collection, so a typo in
     an expectation is a collection error, not a silently vacuous pass.
+
+    The refusal is the first in the order: each point in turn, each of its expectations in
+    turn, the result and then the point selector. Points that share one list of expectations
+    (``documents`` validates a header no sweep changes once) are checked in time that grows with
+    points plus expectations: the selectors, the same at every point, with the first point;
+    after it, only a result some point does not score is looked for where it applies.
     """
     names = [p.name for p in points]
     axes: dict[str, set[str]] = {}
+    spelled = _Labels()
     for p in points:
         for axis, value in p.coords:
-            axes.setdefault(axis, set()).add(_label(value))
-    for p in points:
-        for i, exp in enumerate(p.spec.header.expect):
-            path = f"header.expect.{i}"
-            scored = metric_names(p.spec)
-            if exp.result not in scored and exp.applies(p.name, p.coords):
-                raise DocumentError(f"{path}.result", f"no metric named {exp.result!r}",
-                                    suggest_fix(exp.result, sorted(scored), f"metrics here: {sorted(scored)}"))
-            if exp.points is None:
-                continue
-            if names == [None]:
-                raise DocumentError(f"{path}.points", "this document is not swept: it has one point",
-                                    "remove \"points\"")
-            if isinstance(exp.points, list):
-                unknown = [n for n in exp.points if n not in names]
-                if unknown:
-                    raise DocumentError(f"{path}.points", f"no point named {unknown[0]!r}",
-                                        suggest_fix(unknown[0], names, f"points: {names}"))
-                continue
+            axes.setdefault(axis, set()).add(spelled(value))
+    known = set(names)
+    shared = bool(points) and all(p.spec.header.expect is points[0].spec.header.expect for p in points)
+    for n, p in enumerate(points):
+        if shared and n:
+            _check_results(points)
+            return
+        _check_point(p, names, axes, known)
+
+
+def _check_results(points) -> None:
+    """``_check_point``'s first refusal for the points after the first, when every point holds
+    the same expectations and the first passed (so every selector is valid): the first point,
+    and at it the first expectation, whose result its point does not score where it applies.
+    Found from the expectations a point's metrics leave unscored (one set of metrics for all
+    points, unless a sweep changes them) and the points each of those applies to."""
+    exps = points[0].spec.header.expect
+    scored = [frozenset(metric_names(p.spec)) for p in points]
+    lacking = {s: {i for i, e in enumerate(exps) if e.result not in s} for s in set(scored)}
+    suspects = sorted(set().union(*lacking.values()))
+    if not suspects:
+        return
+    where = applying(exps, [(p.name, p.coords) for p in points])
+    first: Optional[tuple[int, int]] = None  # (point, expectation)
+    for i in suspects:
+        for j in where[i]:  # in order: the first point it applies to and its metrics leave unscored
+            if i in lacking[scored[j]]:
+                first = min(first, (j, i)) if first is not None else (j, i)
+                break
+    if first is not None:
+        j, i = first
+        result, metrics = exps[i].result, sorted(scored[j])
+        raise DocumentError(f"header.expect.{i}.result", f"no metric named {result!r}",
+                            suggest_fix(result, metrics, f"metrics here: {metrics}"))
+
+
+def applying(exps: Sequence["Expectation"], points: Sequence[tuple]) -> list[list[int]]:
+    """For each expectation, the indices of the ``(name, coords)`` points it ``applies`` to, in
+    order; found from each expectation's selector (the points by name, the points with an
+    axis value), so it costs what the selectors name and what they select, not points x
+    expectations."""
+    everywhere = list(range(len(points)))
+    by_name = {name: j for j, (name, _) in enumerate(points)}
+    by_value: dict[str, dict[str, list[int]]] = {}  # axis -> value's label -> points
+    spelled = _Labels()
+    for j, (_, coords) in enumerate(points):
+        for axis, value in coords:
+            by_value.setdefault(axis, {}).setdefault(spelled(value), []).append(j)
+    out = []
+    for exp in exps:
+        if exp.points is None:
+            out.append(everywhere)
+        elif isinstance(exp.points, list):
+            out.append(sorted({by_name[n] for n in exp.points if n in by_name}))
+        else:
+            chosen: Optional[set] = None
             for axis, wanted in exp.points.items():
-                if axis not in axes:
-                    raise DocumentError(f"{path}.points.{axis}", f"no axis named {axis!r}",
-                                        suggest_fix(axis, sorted(axes), f"axes: {sorted(axes)}"))
                 options = wanted if isinstance(wanted, list) else [wanted]
-                missing = [o for o in options if _label(o) not in axes[axis]]
-                if missing:
-                    raise DocumentError(f"{path}.points.{axis}", f"axis {axis!r} has no value "
-                                        f"{_label(missing[0])}", suggest_fix(_label(missing[0]), sorted(axes[axis]),
-                                                                             f"values: {sorted(axes[axis])}"))
+                values = by_value.get(axis, {})
+                here = {j for label in {_label(o) for o in options} for j in values.get(label, ())}
+                chosen = here if chosen is None else chosen & here
+                if not chosen:
+                    break
+            out.append(everywhere if chosen is None else sorted(chosen))
+    return out
+
+
+def _check_point(p, names: list, axes: dict, known: set) -> None:
+    """One point's expectations, in order: each one's result, then its point selector."""
+    scored = metric_names(p.spec)
+    for i, exp in enumerate(p.spec.header.expect):
+        path = f"header.expect.{i}"
+        if exp.result not in scored and exp.applies(p.name, p.coords):
+            raise DocumentError(f"{path}.result", f"no metric named {exp.result!r}",
+                                suggest_fix(exp.result, sorted(scored), f"metrics here: {sorted(scored)}"))
+        if exp.points is None:
+            continue
+        if names == [None]:
+            raise DocumentError(f"{path}.points", "this document is not swept: it has one point",
+                                "remove \"points\"")
+        if isinstance(exp.points, list):
+            unknown = [n for n in exp.points if n not in known]
+            if unknown:
+                raise DocumentError(f"{path}.points", f"no point named {unknown[0]!r}",
+                                    suggest_fix(unknown[0], names, f"points: {names}"))
+            continue
+        for axis, wanted in exp.points.items():
+            if axis not in axes:
+                raise DocumentError(f"{path}.points.{axis}", f"no axis named {axis!r}",
+                                    suggest_fix(axis, sorted(axes), f"axes: {sorted(axes)}"))
+            options = wanted if isinstance(wanted, list) else [wanted]
+            missing = [o for o in options if _label(o) not in axes[axis]]
+            if missing:
+                raise DocumentError(f"{path}.points.{axis}", f"axis {axis!r} has no value "
+                                    f"{_label(missing[0])}", suggest_fix(_label(missing[0]), sorted(axes[axis]),
+                                                                         f"values: {sorted(axes[axis])}"))
 
 
 def _number(value: Any) -> str:
     """A threshold as a failure table prints it (``pytest_causalab.checks.number``, the same)."""
     return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+class _Labels:
+    """``_label``, once per value object: a sweep's points hold their axis's values themselves,
+    so 10,000 points' coordinates are a few hundred objects."""
+
+    def __init__(self):
+        self._seen: dict[int, tuple[Any, str]] = {}
+
+    def __call__(self, value: Any) -> str:
+        got = self._seen.get(id(value))
+        if got is None or got[0] is not value:
+            got = self._seen[id(value)] = (value, _label(value))  # the value kept: its id stays its own
+        return got[1]
 
 
 def _label(value: Any) -> str:

@@ -63,7 +63,7 @@ class Axis:
 @dataclass(frozen=True)
 class Point:
     name: str | None  # None for an unswept document, else "layers=3,pos=-1"
-    document: dict  # deep copy, every wrapper replaced by its value here
+    document: dict  # deep copy, every wrapper replaced by its value here (lower(share=True): see there)
     coords: tuple[tuple[str, object], ...]  # ((axis name, raw value), ...)
 
 
@@ -231,13 +231,44 @@ def _set(doc, key_path: tuple, value) -> None:
     target[key_path[-1]] = value  # same key, so dict order is kept
 
 
+def _spine(collected) -> dict:
+    """The wrappers' key paths as a tree: key -> subtree, or (axis, wrapper) where a wrapper sits."""
+    tree: dict = {}
+    for a, (_, key_paths) in enumerate(collected):
+        for w, key_path in enumerate(key_paths):
+            node = tree
+            for key in key_path[:-1]:
+                node = node.setdefault(key, {})
+            node[key_path[-1]] = (a, w)
+    return tree
+
+
+def _rebuilt(node, spine: dict, index: tuple, collected):
+    """``node`` copied along ``spine`` only (same keys, so dict order is kept), each wrapper
+    replaced by its value at ``index``; every subtree off the spine is ``node``'s own."""
+    out = node.copy() if type(node) in (dict, list) else copy.copy(node)
+    for key, below in spine.items():
+        if isinstance(below, tuple):
+            a, w = below
+            out[key] = collected[a][0].path_values[w][index[a]]
+        else:
+            out[key] = _rebuilt(node[key], below, index, collected)
+    return out
+
+
 # The most points one document may lower to: each point is a document, validated and compiled
 # (milliseconds each) and, under pytest, an item. 10,000 is a 100 x 100 layer x position grid.
 MAX_POINTS = 10_000
 
 
-def lower(raw: dict) -> list[Point]:
-    """One Point per combination of axis values; the first axis varies slowest."""
+def lower(raw: dict, *, share: bool = False) -> list[Point]:
+    """One Point per combination of axis values; the first axis varies slowest.
+
+    Every point's document is a deep copy sharing nothing, with the input or another point.
+    ``share=True`` (``documents.points``, which validates them and hands them on read-only):
+    a point's document is fresh only along the paths to its wrappers, which hold its values,
+    and shares every other subtree with ``raw`` and the other points (a header of 2,000
+    expectations is not copied once per point); the documents are equal to the copies."""
     if not isinstance(raw, dict):
         raise SweepError("", f"a document is a JSON object, not {type(raw).__name__}")
     collected = _collect(raw)
@@ -250,14 +281,19 @@ def lower(raw: dict) -> list[Point]:
         raise SweepError(found[0].paths[0], f"the sweep has {sizes} = {total} points, over the limit of "
                          f"{MAX_POINTS} points a document may have",
                          "split the document, or sweep fewer values per axis")
+    labels = [[label(v) for v in a.values] for a in found]  # each value's spelling, once per axis
+    spine = _spine(collected) if share else None
     points, names = [], {}
     for index in itertools.product(*(range(len(a.values)) for a in found)):
-        doc = copy.deepcopy(raw)
-        for (axis, key_paths), i in zip(collected, index):
-            for key_path, values in zip(key_paths, axis.path_values):
-                _set(doc, key_path, copy.deepcopy(values[i]))
+        if share:
+            doc = _rebuilt(raw, spine, index, collected)
+        else:
+            doc = copy.deepcopy(raw)
+            for (axis, key_paths), i in zip(collected, index):
+                for key_path, values in zip(key_paths, axis.path_values):
+                    _set(doc, key_path, copy.deepcopy(values[i]))
         coords = tuple((a.name, a.values[i]) for a, i in zip(found, index))
-        name = ",".join(f"{n}={label(v)}" for n, v in coords)
+        name = ",".join(f"{a.name}={spelled[i]}" for a, spelled, i in zip(found, labels, index))
         if name in names:
             # Only reachable when two axes share a name and labels hold ',' or '='.
             raise SweepError(found[0].paths[0], f"two points are both named {name!r}: {names[name]} and {coords}",
@@ -271,8 +307,30 @@ def is_swept(raw) -> bool:
     return next(_walk(raw), None) is not None
 
 
+def _may_hold_wrapper(obj) -> bool:
+    """False when no object in ``obj`` has a ``sweep`` key, so ``_walk`` would find nothing: a
+    lowered point (every one a sweep validates) is cleared without walking it node by node.
+    Past a depth no document reaches, True, and ``_walk`` decides (and fails) as it would."""
+    level, depth = [obj], 0
+    while level:  # breadth first, a level at a time
+        if depth > 100:
+            return True
+        below = []
+        for node in level:
+            if isinstance(node, dict):
+                if "sweep" in node:
+                    return True
+                below.extend(node.values())
+            elif isinstance(node, list):
+                below.extend(node)
+        level, depth = below, depth + 1
+    return False
+
+
 def refuse_unlowered(doc: dict, front_end: str) -> None:
     """Front ends call this: a document and a plan are each one point."""
+    if not _may_hold_wrapper(doc):
+        return
     for key_path, _ in _walk(doc):
         raise SweepError(join_path(*key_path), f"{front_end} got a sweep wrapper; a document and a plan are each one point",
                          "lower the sweep first (causalab_mini.plan.sweep.lower) and pass one point")
