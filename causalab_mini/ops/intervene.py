@@ -29,6 +29,9 @@ from .featurizers import Featurizer, Identity  # noqa: F401  (re-exported for ca
 from ..vocab import check_params
 from .mechanisms import REGISTRY
 
+# What to do about a refusal the compiler makes first, so that a document should not reach it.
+_SEE_PLAN = ("check the document's sites, widths and operands with `causalab-mini explain DOC`; a document that compiles should never reach this check, so if it does, report it with the document")
+
 Window = tuple[tuple[int, ...], ...]
 Operand = Union[Tensor, float, int, None]
 
@@ -61,11 +64,11 @@ def _index(act: Tensor, window: Window, ragged: bool, features: Optional[tuple[i
     not an exception.
     """
     if act.dim() != 3:
-        raise EngineError(path, f"expected an activation of shape (rows, seq, width), got {tuple(act.shape)}")
+        raise EngineError(path, f"expected an activation of shape (rows, seq, width), got {tuple(act.shape)}", _SEE_PLAN)
     rows, seq, width = act.shape
     if len(window) != rows:
         raise EngineError(path, f"the window has {len(window)} rows and the activation {rows} "
-                                f"(shape {tuple(act.shape)})")
+                                f"(shape {tuple(act.shape)})", _SEE_PLAN)
     for r, positions in enumerate(window):
         for p in positions:
             if not 0 <= p < seq:
@@ -75,7 +78,7 @@ def _index(act: Tensor, window: Window, ragged: bool, features: Optional[tuple[i
         features = tuple(features)
         bad = [c for c in features if not 0 <= c < width]
         if bad:
-            raise EngineError(path, f"feature indices {bad} are outside the width {width}")
+            raise EngineError(path, f"feature indices {bad} are outside the width {width}", _SEE_PLAN)
     device = act.device
 
     if ragged:
@@ -124,12 +127,12 @@ def scatter(act: Tensor, window: Window, value: Tensor, *, ragged: bool,
     idx, shape = _index(act, window, ragged, features, path)
     if tuple(value.shape) != shape:
         raise EngineError(path, f"the written value has shape {tuple(value.shape)} and the window "
-                                f"{'(ragged) ' if ragged else ''}gathers {shape}")
+                                f"{'(ragged) ' if ragged else ''}gathers {shape}", _SEE_PLAN)
     if features is not None and len(set(features)) != len(features):
-        raise EngineError(path, f"features {tuple(features)} repeat an index, so the write is ambiguous")
+        raise EngineError(path, f"features {tuple(features)} repeat an index, so the write is ambiguous", _SEE_PLAN)
     for r, positions in enumerate(window):
         if len(set(positions)) != len(positions):
-            raise EngineError(path, f"row {r}: window {positions} repeats a position, so the write is ambiguous")
+            raise EngineError(path, f"row {r}: window {positions} repeats a position, so the write is ambiguous", _SEE_PLAN)
     out = act.clone()
     out[idx] = value.to(device=act.device, dtype=act.dtype)
     return out
@@ -151,7 +154,7 @@ def _operand(operand: Operand, f: Tensor, features: Optional[tuple[int, ...]], p
     if isinstance(operand, numbers.Real) and not isinstance(operand, bool):
         return torch.tensor(float(operand), dtype=torch.float32, device=f.device)
     if not isinstance(operand, Tensor):
-        raise EngineError(path, f"an operand is a tensor or a number, got {type(operand).__name__}")
+        raise EngineError(path, f"an operand is a tensor or a number, got {type(operand).__name__}", _SEE_PLAN)
     op = operand.to(device=f.device, dtype=torch.float32)
     if op.dim() == 0:
         return op
@@ -165,7 +168,7 @@ def _operand(operand: Operand, f: Tensor, features: Optional[tuple[int, ...]], p
     elif op.shape[-1] != k:
         raise EngineError(path, f"the operand has shape {tuple(operand.shape)} and the write's feature value "
                                 f"{_shape_of(f, features)}" + ("" if features is None else
-                                f" (features {tuple(features)} of a space {full} wide)"))
+                                f" (features {tuple(features)} of a space {full} wide)"), _SEE_PLAN)
     target = f.shape[:-1] + (k,)
     if tuple(op.shape) == tuple(target):
         return op
@@ -195,19 +198,19 @@ def apply_write(x: Tensor, *, featurizer: Featurizer, mechanism: str, params: Op
     inside ``exact()``; the result comes back in x's dtype and shape.
     """
     if mechanism not in REGISTRY:
-        raise EngineError(path, f"unknown mechanism {mechanism!r}; one of {', '.join(sorted(REGISTRY))}")
+        raise EngineError(path, f"unknown mechanism {mechanism!r}; one of {', '.join(sorted(REGISTRY))}", _SEE_PLAN)
     try:
         params = check_params(mechanism, params)
     except ValueError as e:
-        raise EngineError(path, str(e)) from None
+        raise EngineError(path, str(e), _SEE_PLAN) from None
     spec = vocab.MECHANISMS[mechanism]
     if spec.operand and operand is None:
-        raise EngineError(path, f"{mechanism} takes an operand and none was given")
+        raise EngineError(path, f"{mechanism} takes an operand and none was given", _SEE_PLAN)
     if not spec.operand and operand is not None:
-        raise EngineError(path, f"{mechanism} takes no operand, got one")
+        raise EngineError(path, f"{mechanism} takes no operand, got one", _SEE_PLAN)
     if spec.needs_f0:
         if f0 is None:
-            raise EngineError(path, f"{mechanism} measures against the pre-write value f0, and none was given")
+            raise EngineError(path, f"{mechanism} measures against the pre-write value f0, and none was given", _SEE_PLAN)
         if f0.shape != x.shape:
             raise EngineError(path, f"f0 has shape {tuple(f0.shape)} and x {tuple(x.shape)}",
                               "f0 is gathered at the write's own window and units")
@@ -223,7 +226,7 @@ def apply_write(x: Tensor, *, featurizer: Featurizer, mechanism: str, params: Op
             bad = [c for c in features if not 0 <= c < f.shape[-1]]
             if bad or len(set(features)) != len(features):
                 raise EngineError(path, f"features {features} are not distinct indices into a feature space "
-                                        f"{f.shape[-1]} wide")
+                                        f"{f.shape[-1]} wide", _SEE_PLAN)
         op = _operand(operand, f, features, path)
         f0_f = None
         if spec.needs_f0:
@@ -238,5 +241,5 @@ def apply_write(x: Tensor, *, featurizer: Featurizer, mechanism: str, params: Op
         out = featurizer.inverse(new, err, x32)
     if out.shape != x.shape:
         raise EngineError(path, f"the featurizer's inverse returned shape {tuple(out.shape)} for x of "
-                                f"shape {tuple(x.shape)}")
+                                f"shape {tuple(x.shape)}", _SEE_PLAN)
     return out.to(x.dtype)

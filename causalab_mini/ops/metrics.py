@@ -15,16 +15,19 @@ from .. import vocab
 from ..errors import EngineError
 from .intervene import exact
 
+# What to do about a refusal the compiler makes first, so that a document should not reach it.
+_SEE_PLAN = ("check the document's sites, widths and operands with `causalab-mini explain DOC`; a document that compiles should never reach this check, so if it does, report it with the document")
+
 
 def squeeze_positions(value: Tensor, ragged: bool, *, path: str = "") -> Tensor:
     """A metric's ``(n, vocab)`` from a read: the rectangle's unit window squeezed off, a flat read as it is."""
     if ragged:
         if value.dim() != 2:
-            raise EngineError(path, f"a ragged read is (total, vocab), got {tuple(value.shape)}")
+            raise EngineError(path, f"a ragged read is (total, vocab), got {tuple(value.shape)}", _SEE_PLAN)
         return value
     if value.dim() != 3 or value.shape[1] != 1:
         raise EngineError(path, f"a metric scores one position per row: expected (rows, 1, vocab), "
-                                f"got {tuple(value.shape)}")
+                                f"got {tuple(value.shape)}", _SEE_PLAN)
     return value[:, 0, :]
 
 
@@ -40,11 +43,11 @@ def score(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, path: str =
     token_prob: softmax[token]. Differentiable for every kind but match.
     """
     if kind not in vocab.COLUMNS:
-        raise EngineError(path, f"unknown metric kind {kind!r}; one of {', '.join(sorted(vocab.COLUMNS))}")
+        raise EngineError(path, f"unknown metric kind {kind!r}; one of {', '.join(sorted(vocab.COLUMNS))}", _SEE_PLAN)
     columns = vocab.COLUMNS[kind]
     if len(token_ids) != len(columns):
         raise EngineError(path, f"{kind} takes {len(columns)} id column{'s' if len(columns) > 1 else ''} "
-                                f"({', '.join(columns)}), got {len(token_ids)}")
+                                f"({', '.join(columns)}), got {len(token_ids)}", _SEE_PLAN)
     if logits.dim() != 2:
         raise EngineError(path, f"{kind} scores (n, vocab) logits, got {tuple(logits.shape)}",
                           "squeeze_positions takes a read to that shape")
@@ -53,12 +56,12 @@ def score(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, path: str =
     for name, t in zip(columns, token_ids):
         t = torch.as_tensor(t)
         if tuple(t.shape) != (n,):
-            raise EngineError(path, f"{kind}: column {name!r} has shape {tuple(t.shape)}, the logits {n} rows")
+            raise EngineError(path, f"{kind}: column {name!r} has shape {tuple(t.shape)}, the logits {n} rows", _SEE_PLAN)
         if t.dtype.is_floating_point or t.dtype == torch.bool:
-            raise EngineError(path, f"{kind}: column {name!r} holds {t.dtype}, not vocabulary ids")
+            raise EngineError(path, f"{kind}: column {name!r} holds {t.dtype}, not vocabulary ids", _SEE_PLAN)
         # A bad id on CUDA is a device-side assert, not an exception: check first.
         if n and (int(t.min()) < 0 or int(t.max()) >= width):
-            raise EngineError(path, f"{kind}: column {name!r} has ids outside the vocabulary of {width}")
+            raise EngineError(path, f"{kind}: column {name!r} has ids outside the vocabulary of {width}", _SEE_PLAN)
         ids.append(t.to(device=logits.device, dtype=torch.long))
 
     with exact():

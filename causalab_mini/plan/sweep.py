@@ -270,7 +270,8 @@ def lower(raw: dict, *, share: bool = False) -> list[Point]:
     and shares every other subtree with ``raw`` and the other points (a header of 2,000
     expectations is not copied once per point); the documents are equal to the copies."""
     if not isinstance(raw, dict):
-        raise SweepError("", f"a document is a JSON object, not {type(raw).__name__}")
+        raise SweepError("", f"a document is a JSON object, not {type(raw).__name__}",
+                         "write the document as one object: {\"model\": …, \"steps\": …}")
     collected = _collect(raw)
     if not collected:
         return [Point(None, copy.deepcopy(raw), ())]
