@@ -14,7 +14,8 @@ tests/fuzzing.py.
 
 The other fuzz properties: data rows (tests/test_fuzz_data.py), stored baselines
 (tests/test_fuzz_baselines.py), documents run through the hooks engine
-(tests/test_fuzz_engine.py).
+(tests/test_fuzz_engine.py), model directories, cache entries and a run's folder before a
+rerun (tests/test_fuzz_inputs.py).
 
 CI runs a few hundred examples per test; ``CAUSALAB_FUZZ_EXAMPLES=100000 pytest
 tests/test_fuzz.py`` runs as many as it is told, locally.

@@ -96,7 +96,7 @@ class Store:
             return None
         try:
             return self._checked(json.loads(text), key, parts)
-        except (OSError, ValueError, KeyError, TypeError):  # a damaged entry is a miss, never a crash
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):  # a damaged entry is a miss, never a crash
             return None
 
     def _checked(self, raw: Any, key: str, parts: Mapping) -> Entry:
@@ -115,9 +115,13 @@ class Store:
         for f in raw["files"]:
             if not isinstance(f["path"], str):
                 raise ValueError("a file's path is not a string")
+            if f["path"] in files:  # put writes each once: a second would silently replace the first
+                raise ValueError(f"{f['path']} is listed twice")
             files[f["path"]] = self._blob(f)
         for s in scored:  # a metric saved as a file: its rows are that file's, byte for byte
-            if s.file is not None and s.file in files and json.loads(files[s.file]) != s.result.rows:
+            if s.file is not None and s.file not in files:
+                raise ValueError(f"{s.file}, where {s.name} is saved, is not among the files stored")
+            if s.file is not None and json.loads(files[s.file]) != s.result.rows:
                 raise ValueError(f"{s.file} and the rows stored for {s.name} disagree")
         return Entry(tuple(scored), files)
 

@@ -81,10 +81,14 @@ def weights_digest(directory: Path) -> str:
     for f in files:
         try:
             check_regular(f)  # a FIFO would block the hash, /dev/zero never end it
+            outer.update(f.name.encode() + b"\0" + file_digest(f))
         except NotRegular as err:
             raise ModelError("model.key", f"{f} {err}", "a weight file is a regular .safetensors file: "
                              "restore the checkpoint") from None
-        outer.update(f.name.encode() + b"\0" + file_digest(f))
+        except OSError as err:  # a symlink to nothing, a file this user cannot read
+            raise ModelError("model.key", f"{f} cannot be read ({err.strerror or err})",
+                             "a weight file is a regular .safetensors file you can read: restore the "
+                             "checkpoint") from None
     return "sha256:" + outer.hexdigest()
 
 
@@ -263,16 +267,22 @@ def _from_hub(loader, resolved: ResolvedModel, roots, trust_remote_code: bool = 
     """
     check_code(resolved, trust_remote_code)
     if resolved.local:  # sizes bounded before transformers builds anything from them
-        from .checkpoint import check_config
+        from .checkpoint import check_config, unreadable
 
         check_config(Path(resolved.source))
     revision = None if resolved.local else resolved.revision
     options = {"trust_remote_code": bool(trust_remote_code)}
     if resolved.local:
+        from huggingface_hub.errors import StrictDataclassError
+
         try:
             return loader.from_pretrained(resolved.source, **options)
+        except StrictDataclassError as err:  # a config field of the wrong type, sizes that do not fit
+            raise unreadable(Path(resolved.source), err) from None
         except (OSError, ValueError) as err:
             raise _hub_failure(resolved, err, roots) from None
+        except Exception as err:  # noqa: BLE001 - a local folder whose config passed check_config: its files'
+            raise unreadable(Path(resolved.source), err) from None  # fault (a quantization_config that is a list)
     try:  # already in the Hugging Face cache: no network needed
         return loader.from_pretrained(resolved.source, revision=revision, local_files_only=True, **options)
     except (OSError, ValueError) as err:
