@@ -192,7 +192,7 @@ def _check_frame(ipath: str, path: str, iv, where, *, write: bool, name: str) ->
             f"write {name!r}: a write in the continuation frame is at a step the decode has reached "
             f"— {{'index': k}} with k >= 0, or {{'all': true}}. {where.spelling()} names a cut of "
             "the finished continuation, which is something to read and not something to write into",
-            "write at a step: \"pos\": {{\"frame\": \"generated\", \"index\": 0}}, or read this cut instead")
+            "write at a step: \"pos\": {\"frame\": \"generated\", \"index\": 0}, or read this cut instead")
     if where.index is not None and where.scope is None and where.index >= iv.decode:
         raise DocumentError(f"{path}.pos", f"decode step {where.index} is past the decode of "
                             f"{iv.decode} steps", f"use an index below {iv.decode}")
