@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 import threading
 
@@ -379,3 +380,25 @@ def test_cli_run_with_a_cache_says_which_points_were_served(tmp_path, capsys):
     assert f"cached: {len(names)} of {len(names)} points ({', '.join(names[:3])}, …)" in second.err
     assert second.out == first.out.replace(str(tmp_path / "first"), str(tmp_path / "second"))
     assert files(tmp_path / "first") == files(tmp_path / "second")
+
+
+@pytest.mark.parametrize("planted", ["fifo entry", "endless blob"])
+def test_a_special_file_in_the_cache_is_a_miss_not_a_hang(filled, planted):
+    """A FIFO where an entry goes would block a read forever, and /dev/zero under a blob's name
+    would never end: each is read as a regular file of bounded size, so each is a miss."""
+    loaded, store = filled
+    key = cache.keys(cm.read(PATCHING), loaded)["patching"]
+    entry = Store(store).entry_path(key)
+    parts = json.loads(entry.read_text())["parts"]
+    if planted == "fifo entry":
+        entry.unlink()
+        os.mkfifo(entry)
+    else:
+        blob = store / "blobs" / json.loads(entry.read_text())["files"][0]["sha256"]
+        blob.unlink()
+        blob.symlink_to("/dev/zero")
+    got = []
+    reader = threading.Thread(target=lambda: got.append(Store(store).get(key, parts)), daemon=True)
+    reader.start()
+    reader.join(timeout=60)
+    assert not reader.is_alive() and got == [None]

@@ -31,11 +31,13 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..files import TMP_SUFFIX, write_atomic
+from ..reading import NotRegular, TooLarge, read_bytes
 from ..results import Result, Scored
 from .key import FORMAT, CacheError
 
 ENTRIES = "entries"
 BLOBS = "blobs"
+ENTRY_LIMIT = 64 << 20  # bytes of one entry: parts and references, never the results themselves
 ORPHAN_AGE = 3600.0  # seconds: a temporary file this old belongs to a write that was killed
 
 
@@ -90,9 +92,9 @@ class Store:
 
     def get(self, key: str, parts: Mapping) -> Optional[Entry]:
         """The entry stored under ``key``, or None: absent, damaged, or not for these parts."""
-        try:
-            text = self.entry_path(key).read_bytes()
-        except OSError:  # absent, or unreadable: computed, and stored again
+        try:  # a regular file of bounded size: a FIFO or /dev/zero planted there is a miss, not a hang
+            text = read_bytes(self.entry_path(key), ENTRY_LIMIT)
+        except (OSError, NotRegular, TooLarge):  # absent, unreadable, not an entry: computed, stored again
             return None
         try:
             return self._checked(json.loads(text), key, parts)
@@ -130,7 +132,9 @@ class Store:
         sha, size = ref["sha256"], ref["size"]
         if not isinstance(sha, str) or len(sha) != 64 or not all(c in "0123456789abcdef" for c in sha):
             raise ValueError("not a sha256")
-        data = (self.root / BLOBS / sha).read_bytes()
+        if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+            raise ValueError("not a size")
+        data = read_bytes(self.root / BLOBS / sha, size)  # never more than the entry says it holds
         if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
             raise ValueError(f"blob {sha[:12]}'s bytes are not the ones stored")
         return data
