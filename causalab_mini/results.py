@@ -170,8 +170,10 @@ class Point:
     plan: Optional[Plan] = None  # the executed sub-plan; None for a point opened from disk
     out: Optional[Path] = None  # where its files are
     tensors: dict = field(default_factory=dict)  # opened from disk: file → {name: tensor}
-    # The weights it ran on (run.json's model.weights: a local checkpoint's sha256), given by its Run.
+    # The weights it ran on (run.json's model.weights: a local checkpoint's sha256) and its config.json's
+    # sha256 (model.config), given by its Run.
     weights: Optional[str] = None
+    config_digest: Optional[str] = None
 
     @classmethod
     def from_plan(cls, document, name: str, coords, engine: str, plan: Plan, out=None) -> "Point":
@@ -309,10 +311,12 @@ class Run:
 
     def __post_init__(self) -> None:
         # Every point of a run ran on the run's weights; a baseline stores them per point.
-        weights = ((self.record or {}).get("model") or {}).get("weights")
+        model = (self.record or {}).get("model") or {}
         for p in self.points:
             if p.weights is None:
-                p.weights = weights
+                p.weights = model.get("weights")
+            if p.config_digest is None:
+                p.config_digest = model.get("config")
 
     @property
     def axes(self) -> list[str]:

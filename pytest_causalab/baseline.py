@@ -224,6 +224,8 @@ def entry(point: Point, *, mode: str = "rows", experiment: Optional[dict] = None
     out = {"produced_by": point.produced_by, "engine": point.engine}
     if point.weights is not None:
         out["weights"] = point.weights
+    if getattr(point, "config_digest", None) is not None:
+        out["config"] = point.config_digest
     out |= {"results": {name: ({"rows": dict(r.pairs())} if mode == "rows" else aggregates(r))
                        for name, r in sorted(point.saved().items())}}
     tensors = point.saved_tensors()
@@ -446,17 +448,19 @@ def _compare(point: Point, stored: Optional[dict], mode: str, tolerance, experim
                 lines.append(f"{c.result}: {c.note}; worst {c.aggregate} {c.expected.removeprefix('baseline ')} "
                              f"→ {number(c.got)}")
             checks += found
-    if checks and weights_changed(stored, point):
+    if checks:
         # What moved the numbers, said before the numbers: another checkpoint, not the code.
-        lines.insert(0, f"weights changed: {_short(stored['weights'])} → {_short(point.weights)}")
+        for key, attribute in (("config", "config_digest"), ("weights", "weights")):
+            now = getattr(point, attribute, None)
+            if changed(stored.get(key), now):
+                lines.insert(0, f"{key} changed: {_short(stored[key])} → {_short(now)}")
     return (DRIFTED if checks else UNCHANGED), [], lines, checks
 
 
-def weights_changed(stored: dict, point: Point) -> bool:
-    """Whether the baseline was recorded on other weights than the point ran on (a baseline that
-    stores none — written before weights were recorded — says nothing)."""
-    return (stored.get("weights") is not None and point.weights is not None
-            and stored["weights"] != point.weights)
+def changed(stored: Optional[str], now: Optional[str]) -> bool:
+    """Whether a baseline's recorded digest differs from what the point ran on (a baseline that
+    stores none — written before it was recorded — says nothing)."""
+    return stored is not None and now is not None and stored != now
 
 
 def _short(digest: str) -> str:

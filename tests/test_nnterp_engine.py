@@ -530,7 +530,8 @@ def test_provenance_is_portable(llama):
     outer = hashlib.sha256()  # the checkpoint's weights, hashed here: names and bytes of its files
     for f in sorted((MODELS / "tiny-llama").glob("*.safetensors")):
         outer.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
-    assert record["model"] == {"key": "tiny-llama", "weights": "sha256:" + outer.hexdigest()}
+    config = "sha256:" + hashlib.sha256((MODELS / "tiny-llama" / "config.json").read_bytes()).hexdigest()
+    assert record["model"] == {"key": "tiny-llama", "weights": "sha256:" + outer.hexdigest(), "config": config}
     assert record["engine"] == "NNterpEngine" and record["served_dtype"] == "torch.float32"
     assert record["versions"] == {p: metadata.version(p) for p in provenance.PACKAGES}
     assert re.fullmatch(r"[0-9a-f]{64}", record["causalab_mini"])

@@ -58,7 +58,8 @@ def test_run_json_records_the_weights_digest_of_an_unpinned_document(tmp_path):
     doc_path.write_text(json.dumps(unpinned("my-llama")))
     ran = cm.run(doc_path, engine="hooks", out=tmp_path / "out", data=DATA)
     record = json.loads((tmp_path / "out" / "run.json").read_text())
-    assert record["model"] == {"key": "my-llama", "weights": sha256_of(checkpoint)}
+    config = "sha256:" + hashlib.sha256((checkpoint / "config.json").read_bytes()).hexdigest()
+    assert record["model"] == {"key": "my-llama", "weights": sha256_of(checkpoint), "config": config}
     assert ran.point().weights == sha256_of(checkpoint)
     assert cm.open(tmp_path / "out").point().weights == sha256_of(checkpoint)
 
@@ -69,6 +70,25 @@ def test_a_pinned_document_records_the_same_digest_on_both_engines(tmp_path, eng
     record = json.loads((tmp_path / "run.json").read_text())
     assert record["model"]["weights"] == sha256_of(MODELS / "tiny-llama")
     assert record["model"]["weights"] == cm.read(V2 / "patching.causalab.json").model.revision
+
+
+def test_a_drift_from_an_edited_config_says_so_first(tester):
+    """config.json decides the numbers too (here the norm's epsilon): a baseline records its digest,
+    and a drift on another config leads with it."""
+    checkpoint = own_checkpoint(tester.path)
+    (tester.path / "mine.causalab.json").write_text(json.dumps(unpinned("my-llama")))
+    tester.runpytest().assert_outcomes(passed=1, warnings=2)
+    path = checkpoint / "config.json"
+    old = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    assert json.loads((tester.path / "baselines" / "mine.json").read_text())["points"]["mine"]["config"] == old
+    config = json.loads(path.read_text())
+    config["rms_norm_eps"] = 0.5
+    path.write_text(json.dumps(config))
+    new = "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+    drifted = tester.runpytest()
+    drifted.assert_outcomes(failed=1)
+    drifted.stdout.fnmatch_lines([f"config changed: sha256:{old[7:19]}… → sha256:{new[7:19]}…"])
+    assert "weights changed" not in drifted.stdout.str()
 
 
 def test_new_weights_are_a_new_digest(tmp_path):

@@ -57,10 +57,12 @@ class ModelFacts:
     # What identifies the weights that run: a local checkpoint's sha256 digest, or the hub commit
     # transformers resolved; recorded in run.json and baselines whether or not the document pins it.
     weights: Optional[str] = None
+    config_digest: Optional[str] = None  # its config.json's sha256, recorded beside the weights
 
     @classmethod
     def from_config(cls, config, tokenizer, *, key: str, revision: Optional[str],
-                    modules=None, weights: Optional[str] = None) -> "ModelFacts":
+                    modules=None, weights: Optional[str] = None,
+                    config_digest: Optional[str] = None) -> "ModelFacts":
         """``modules``: the document's ``model.modules`` (a custom layout), when it names one."""
         text = config.get_text_config() if hasattr(config, "get_text_config") else config
         d_model = text.hidden_size
@@ -79,7 +81,7 @@ class ModelFacts:
             transform=transform, layout=layout, tokenizer=tokenizer,
             absent=layout.refused(text) if layout else {},
             context_length=_context_length(text),
-            weights=weights,
+            weights=weights, config_digest=config_digest,
         )
 
     @property

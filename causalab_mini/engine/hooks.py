@@ -135,7 +135,8 @@ class HooksEngine(AnswersFromFacts, Engine):
             raise loading._hub_failure(resolved, err, roots) from None
         loading.freeze(model)
         facts = ModelFacts.from_config(model.config, tokenizer, key=ref.key, revision=resolved.revision,
-                                       modules=ref.modules, weights=resolved.weights)
+                                       modules=ref.modules, weights=resolved.weights,
+                                       config_digest=resolved.config)
         return cls(model, facts)
 
     # --- compile time -------------------------------------------------------------------------

@@ -38,6 +38,9 @@ class ResolvedModel:
     # The digest of the weights this resolution hashed (a local checkpoint's, whether or not the
     # document pins it); None where no weight file was read (a hub id, an ndif shell).
     weights: Optional[str] = None
+    # The digest of its config.json, which decides the numbers as much as the weights do (norm eps,
+    # rope theta, softcapping); recorded beside the weights, None where the weights were not hashed.
+    config: Optional[str] = None
 
 
 def _split(value: Union[str, Sequence, None]) -> list[Path]:
@@ -98,6 +101,16 @@ def weights_digest(directory: Path) -> str:
 _FILE_DIGESTS: dict[tuple[str, int, int], bytes] = {}
 
 
+def config_digest(directory: Path) -> Optional[str]:
+    """``sha256:<hex>`` of a model directory's config.json bytes (None without one: refused later)."""
+    path = Path(directory) / "config.json"
+    try:
+        check_regular(path)
+    except (OSError, NotRegular):
+        return None
+    return "sha256:" + file_digest(path).hex()
+
+
 def file_digest(path: Path) -> bytes:
     """sha256 of a file's bytes, cached by (path, size, mtime)."""
     path = Path(path).resolve()
@@ -138,7 +151,8 @@ def resolve(key: str, revision: Optional[str], *, document: Optional[Path] = Non
                     f"the weights at {key!r} are {digest}, and the document names {revision}",
                     "the checkpoint changed since the document was written: rerun the experiment "
                     f"on purpose by writing \"revision\": \"{digest}\", or restore the weights")
-            return ResolvedModel(key, str(candidate), digest, True, weights=digest)
+            return ResolvedModel(key, str(candidate), digest, True, weights=digest,
+                                 config=config_digest(candidate))
     if key.startswith((".", "/")) or key.count("/") > 1:
         raise ModelError("model.key", f"{key!r} is not a model directory (searched: "
                          f"{', '.join(map(str, searched)) or 'nowhere'})",

@@ -188,7 +188,8 @@ class NNterpEngine(AnswersFromFacts):
         config = loading.load_config(resolved, roots, trust_remote_code=trust_remote_code)
         tokenizer = loading.load_tokenizer(resolved, roots, trust_remote_code=trust_remote_code)
         facts = ModelFacts.from_config(config, tokenizer, key=ref.key, revision=resolved.revision,
-                                       modules=ref.modules, weights=resolved.weights)
+                                       modules=ref.modules, weights=resolved.weights,
+                                       config_digest=resolved.config)
         # After the config and tokenizer: a model refused there (its own code, a missing key) is
         # refused before the ~5 s import that only this engine pays.
         from nnterp import StandardizedTransformer

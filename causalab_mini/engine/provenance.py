@@ -63,10 +63,12 @@ def served_dtype(model: Any) -> str:
 def model_record(engine: Any) -> dict:
     """Which model ran: the document's key and the weights' identity (a local checkpoint's
     sha256, as ``causalab-mini revision`` prints it), recorded whether or not the document pins
-    a revision, so a result always says what it was computed on. ``weights`` is null where no
-    weight file was read here (a hub id, an NDIF shell): the pinned revision then says it."""
+    a revision, so a result always says what it was computed on; ``config`` is its config.json's
+    sha256, which decides the numbers too (the revision pin covers the weights only). Both are null
+    where no weight file was read here (a hub id, an NDIF shell): the pinned revision then says it."""
     facts = getattr(engine, "_facts", None)
-    return {"key": getattr(facts, "key", None), "weights": getattr(facts, "weights", None)}
+    return {"key": getattr(facts, "key", None), "weights": getattr(facts, "weights", None),
+            "config": getattr(facts, "config_digest", None)}
 
 
 def record(engine: Any, remote: Any, batch_size: Optional[int], at_once: int = 1) -> dict:
