@@ -106,16 +106,31 @@ def test_an_anchored_position_is_named_by_its_scope_where_rows_differ(lens):
     (same,) = {r["tokens"] for r in prompt}  # the prompt's last token: one, on every row
     from_memory = _ticks(_heatmap_axes(plot(ran, "top1")).get_xticklabels())
     assert from_memory == ["-1 ' is'", "-1 entity", f"-1 input {same}"]
-    # From disk the anchored passes' rows still say where they landed; the bare -1 recorded
-    # nothing (the document fixes it), and without the prompts' ids its token is not known.
+    # From disk (no model or data reachable from its folder) the anchored passes' rows still say
+    # where they landed; the bare -1 recorded nothing (the document fixes it), and without the
+    # prompts' ids its token is not known.
     from_disk = _ticks(_heatmap_axes(plot(opened, "top1")).get_xticklabels())
     assert from_disk == ["-1", "-1 entity", f"-1 input {same}"]
 
 
 def test_a_run_opened_from_disk_labels_fixed_positions_by_their_coordinate(layer_pos):
+    """Where its model and data cannot be found from its folder, a run read back from disk has no
+    prompts to find a fixed position's token in: the coordinate alone, never a guess."""
     _, opened = layer_pos
     grid = opened.grid("iia", "layers", "pos")
     assert _ticks(_heatmap_axes(plot(opened, "iia")).get_xticklabels()) == [label(v) for v in grid.columns]
+
+
+def test_a_run_opened_from_disk_finds_the_tokens_where_its_model_and_data_are_found(layer_pos, monkeypatch):
+    """With the model and data reachable as a run finds them (here CAUSALAB_MODELS and CAUSALAB_DATA;
+    in a checkout, the documents/ above the run folder), the folder's document is compiled again,
+    weightless, and the ticks are what the run in memory shows."""
+    ran, opened = layer_pos
+    monkeypatch.setenv("CAUSALAB_MODELS", str(MODELS))
+    monkeypatch.setenv("CAUSALAB_DATA", str(DATA))
+    in_memory = _ticks(_heatmap_axes(plot(ran, "iia")).get_xticklabels())
+    assert _ticks(_heatmap_axes(plot(opened, "iia")).get_xticklabels()) == in_memory
+    assert in_memory[-1] == "-1 ' is'"
 
 
 def test_a_position_axis_on_the_rows_is_labelled_too(lens):

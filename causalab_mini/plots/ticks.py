@@ -35,8 +35,32 @@ def tick_labels(run, axis: str, values: list) -> list[str]:
     ops = position_ops(root_document(run), axis)
     if not ops:
         return [coordinate(v) for v in values]
+    run = planned(run)
     landing = Landing(run)  # one per figure: tokenizer and character maps are shared by every tick
     return [_position_label(landing, [p for p in run.points if p.coords[axis] == v], ops, v) for v in values]
+
+
+def planned(run):
+    """A run read back from disk with its plan compiled again — weightless: config, tokenizer and
+    data, found as a run finds them from its folder's document.json (``CAUSALAB_MODELS`` and
+    ``CAUSALAB_DATA``, or the nearest ``documents/`` above it) — so a fixed position's token is
+    found as it is for a run in memory. The run as it is where they cannot be found."""
+    from dataclasses import replace
+
+    from ..errors import CausalabError
+
+    if run.plan is not None or run.out is None or not (Path(run.out) / "document.json").is_file():
+        return run
+    document = Path(run.out) / "document.json"
+    try:
+        from .. import api
+
+        plan = api.compile(document, engine="hooks")
+    except (CausalabError, OSError, ValueError):
+        return run
+    swept = any(p.name in plan.steps for p in run.points)
+    points = [replace(p, plan=plan.steps[p.name] if swept else plan, document=document) for p in run.points]
+    return replace(run, points=points, plan=plan, document=document)
 
 
 def _position_label(landing, points: list, ops: tuple[PositionOp, ...], value) -> str:
