@@ -518,7 +518,8 @@ def test_the_generated_frame_write_refusal_is_the_spec_text():
     assert str(info.value) == (
         "interventions.steer: write 'push': a write in the continuation frame is at a step the decode has "
         "reached — {'index': k} with k >= 0, or {'all': true}. {generated index:-1} names a cut of the "
-        "finished continuation, which is something to read and not something to write into")
+        "finished continuation, which is something to read and not something to write into; write at a "
+        "step: \"pos\": {\"frame\": \"generated\", \"index\": 0}, or read this cut instead")
     # The same write at {"all": true} (what the spec's document does) is accepted.
     doc["interventions"]["steer"]["writes"]["push"]["pos"] = {"frame": "generated", "all": True}
     assert validate_spec(doc).interventions["steer"].writes["push"].pos.all is True
