@@ -55,6 +55,13 @@ def paths(value, prefix=()):
             yield from paths(v, prefix + (i,))
 
 
+def holder(doc, path):
+    """The object or list in ``doc`` that holds the value at ``path`` (a ``paths`` path)."""
+    for key in path[:-1]:
+        doc = doc[key]
+    return doc
+
+
 def mutate(draw, doc, rounds=(1, 3)):
     """``doc`` changed in place ``rounds`` times over (a hypothesis ``draw`` decides how); returned."""
     for _ in range(draw(st.integers(*rounds))):
@@ -62,9 +69,7 @@ def mutate(draw, doc, rounds=(1, 3)):
         if not found:
             break
         path = draw(st.sampled_from(found))
-        parent = doc
-        for key in path[:-1]:
-            parent = parent[key]
+        parent = holder(doc, path)
         old = parent[path[-1]]
         action = draw(st.sampled_from(["delete", "replace", "swap", "sweep", "rename"]))
         if action == "delete":

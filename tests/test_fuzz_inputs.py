@@ -51,7 +51,7 @@ from causalab_mini import cache
 from causalab_mini.cache import Store
 from causalab_mini.errors import CausalabError
 from causalab_mini.plan import write
-from fuzzing import EXAMPLES, JSON, V2, Blob, mutate, paths
+from fuzzing import EXAMPLES, JSON, V2, Blob, holder, mutate, paths
 from fuzzing_models import ORIGINAL, Hang, ModelCase, deadline, loaded_whole, mutated_model, preflight
 
 pytest.importorskip("transformers")
@@ -317,9 +317,7 @@ def _damage_blob(draw, folder: Path, action: str, blobs: list, entry_path) -> No
         if rows is None or not isinstance(raw, dict) or not numbers:
             return
         where = draw(st.sampled_from(numbers))
-        target = rows
-        for key in where[:-1]:
-            target = target[key]
+        target = holder(rows, where)
         old = target[where[-1]]
         new = draw(st.sampled_from([0, -1, 1e-9, 1e300, None, "0"]) | st.floats(allow_nan=False, allow_infinity=False))
         target[where[-1]] = new if new != old else old + 1

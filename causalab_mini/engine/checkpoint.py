@@ -79,18 +79,22 @@ def unreadable(directory: Path, err: Exception) -> ModelError:
                    "tokenizer files) saved with these weights: save_pretrained writes them")
 
 
-def check_config(directory: Path) -> dict:
-    """``config.json`` read as a regular file of bounded size, its sizes within ``BOUNDS``."""
-    path = Path(directory) / "config.json"
+def _json_file(path: Path, limit: int, what: str):
+    """A small JSON file of the checkpoint's, read as a regular file of at most ``limit`` bytes."""
     try:
-        raw = read_bytes(path, CONFIG_LIMIT)
-        config = json.loads(raw)
+        return json.loads(read_bytes(path, limit))
     except NotRegular as err:
         raise _refuse(path, str(err)) from None
     except TooLarge as err:
-        raise _refuse(path, f"holds {err}, more than a config's {CONFIG_LIMIT} bytes") from None
+        raise _refuse(path, f"holds {err}, more than {what}'s {limit} bytes") from None
     except (OSError, ValueError, RecursionError) as err:
         raise _refuse(path, f"cannot be read as JSON ({type(err).__name__}: {err})") from None
+
+
+def check_config(directory: Path) -> dict:
+    """``config.json`` read as a regular file of bounded size, its sizes within ``BOUNDS``."""
+    path = Path(directory) / "config.json"
+    config = _json_file(path, CONFIG_LIMIT, "a config")
     if not isinstance(config, dict):
         raise _refuse(path, "is not a JSON object")
     _check_sizes(path, config, "")
@@ -138,14 +142,7 @@ def _check_index(directory: Path, held: set) -> None:
     path = directory / INDEX
     if (directory / "model.safetensors").is_file() or not (path.exists() or path.is_symlink()):
         return  # one file, or no index: transformers reads no index
-    try:
-        index = json.loads(read_bytes(path, INDEX_LIMIT))
-    except NotRegular as err:
-        raise _refuse(path, str(err)) from None
-    except TooLarge as err:
-        raise _refuse(path, f"holds {err}, more than a shard index's {INDEX_LIMIT} bytes") from None
-    except (OSError, ValueError, RecursionError) as err:
-        raise _refuse(path, f"cannot be read as JSON ({type(err).__name__}: {err})") from None
+    index = _json_file(path, INDEX_LIMIT, "a shard index")
     if not (isinstance(index, dict) and isinstance(index.get("weight_map"), dict)
             and isinstance(index.get("metadata"), dict)):
         raise _refuse(path, "is not a shard index (an object with a metadata object and a weight_map of "
