@@ -49,7 +49,7 @@ bench-charmap: $(STAMP)
 fixtures: $(STAMP)
 	$(BIN)/python scripts/build_fixtures.py
 
-# Rebuild the featurizer bundles the corpus loads (documents/artifacts/): runs das and
+# Rebuild the featurizer bundles the corpus loads (documents/v2/artifacts/): runs das and
 # pca_harvest, and trains the SAE on tiny-llama's own activations (under a minute).
 artifacts: $(STAMP)
 	$(BIN)/python scripts/build_artifacts.py

@@ -40,7 +40,7 @@ _HOME = {
                      "EngineError", "Unsupported", "HubUnreachable"), ".errors"),
     **dict.fromkeys(("Expectation", "Comparison"), ".plan.expect"),
     **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".runner"),
-    "weights_digest": ".engine.loading",
+    **dict.fromkeys(("weights_digest", "revision_digest"), ".engine.loading"),
     "write_atomic": ".files",
     "run_points": ".together",
     "run_together": ".together",
@@ -57,7 +57,8 @@ _MODULES = ("vocab", "shapes", "errors", "report", "cache")
 
 __all__ = [
     # the pipeline
-    "read", "points", "compile", "load", "run", "open", "Document", "resolve_model", "weights_digest",
+    "read", "points", "compile", "load", "run", "open", "Document", "resolve_model", "revision_digest",
+    "weights_digest",
     "expectation", "write_atomic", "family_layout", "position_cut", "plot", "run_points", "run_together", "stand_in",
     # results
     "Run", "Point", "Result", "Grid",

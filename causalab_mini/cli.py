@@ -80,9 +80,9 @@ def _cmd_explain(args) -> int:
 
 
 def _cmd_revision(args) -> int:
-    from .engine.loading import weights_digest
+    from .engine.loading import revision_digest
     for d in args.directories:
-        print(f"{weights_digest(Path(d))}  {d}")
+        print(f"{revision_digest(Path(d))}  {d}")
     return 0
 
 

@@ -174,6 +174,9 @@ class Point:
     # sha256 (model.config), given by its Run.
     weights: Optional[str] = None
     config_digest: Optional[str] = None
+    # The checkpoint's revision (run.json's model.revision: the digest a document pins, covering
+    # weights, config and tokenizer files; a hub commit), given by its Run.
+    revision: Optional[str] = None
 
     @classmethod
     def from_plan(cls, document, name: str, coords, engine: str, plan: Plan, out=None) -> "Point":
@@ -317,6 +320,8 @@ class Run:
                 p.weights = model.get("weights")
             if p.config_digest is None:
                 p.config_digest = model.get("config")
+            if p.revision is None:
+                p.revision = model.get("revision")
 
     @property
     def axes(self) -> list[str]:

@@ -196,15 +196,16 @@ class PointItem(pytest.Item):
         """A document that pins no revision ran on whatever weights were there: say which, once per
         document and process, with the line that pins them. A warning, not a failure: the weights'
         digest is in run.json and the baseline, and a baseline that drifts says the weights changed."""
-        if self.valid.spec.model.revision is not None or point.weights is None:
+        pin = point.revision if point.weights is not None else None
+        if self.valid.spec.model.revision is not None or pin is None:
             return
         warned = self.config.stash.setdefault(_UNPINNED, set())
         if self.path in warned:
             return
         warned.add(self.path)
         warnings.warn_explicit(UnpinnedModelWarning(
-            f"{self.path.name} pins no model.revision; it ran on {point.weights}: pin those weights with "
-            f"\"revision\": \"{point.weights}\" in its model section"), None, str(self.path), 0)
+            f"{self.path.name} pins no model.revision; it ran on {pin}: pin that checkpoint with "
+            f"\"revision\": \"{pin}\" in its model section"), None, str(self.path), 0)
 
     def accept_command(self) -> str:
         """The exact command that rewrites this point's baseline from what it computes now, run

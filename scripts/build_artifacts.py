@@ -1,4 +1,4 @@
-"""Build the featurizer bundles the corpus loads: ``documents/artifacts/{rot,pca,sae}.safetensors``.
+"""Build the featurizer bundles the corpus loads: ``documents/v2/artifacts/{rot,pca,sae}.safetensors``.
 
     .venv/bin/python scripts/build_artifacts.py
 
@@ -38,7 +38,7 @@ from causalab_mini import runner  # noqa: E402
 from causalab_mini.plan.write import safetensors_bytes, write  # noqa: E402
 
 V2 = ROOT / "documents" / "v2"
-ARTIFACTS = ROOT / "documents" / "artifacts"
+ARTIFACTS = ROOT / "documents" / "v2" / "artifacts"
 SAE_LATENTS = 64
 SAE_STEPS = 3000
 SAE_L1 = 3e-2

@@ -14,6 +14,6 @@ DOCUMENTS = REPO / "documents"
 MODELS = DOCUMENTS / "models"  # the shipped tiny checkpoints: tiny-llama, tiny-gpt2, tiny-gemma2
 DATA = DOCUMENTS / "data"
 V2 = DOCUMENTS / "v2"  # the document corpus proper
-ARTIFACTS = DOCUMENTS / "artifacts"
+ARTIFACTS = DOCUMENTS / "v2" / "artifacts"
 # Every document under documents/, sorted so parametrized ids keep their order.
 CORPUS = sorted(DOCUMENTS.rglob("*.causalab.json"))

@@ -349,8 +349,8 @@ def test_an_interior_is_refused_by_name_on_the_hooks_engine(tmp_path):
 # --------------------------------------------------------------------------- model and data
 
 
-def test_the_weights_digest_is_checked(tmp_path):
-    digest = loading.weights_digest(LLAMA)
+def test_the_revision_digest_is_checked(tmp_path):
+    digest = loading.revision_digest(LLAMA)
     doc = base()
     doc["model"]["revision"] = digest
     assert compile_doc(doc, tmp_path).produced_by
@@ -358,6 +358,45 @@ def test_the_weights_digest_is_checked(tmp_path):
     doc["model"]["revision"] = wrong
     err = refused(doc, tmp_path, ModelError, "model.revision", digest, wrong)
     assert f'"revision": "{digest}"' in err.fix
+
+
+def _own_llama(tmp_path: Path) -> Path:
+    import shutil
+    return Path(shutil.copytree(LLAMA, tmp_path / "models" / "my-llama"))
+
+
+@pytest.mark.parametrize("edit", ["config.json", "tokenizer.json", "chat_template.jinja"])
+def test_the_revision_pin_covers_config_and_tokenizer(tmp_path, edit):
+    """What decides the numbers besides the weights — the config (a norm's epsilon), the tokenizer
+    (the ids), the chat template — is under the pin: editing one refuses the pinned document
+    before any weight loads, naming the checkpoint's new revision."""
+    checkpoint = _own_llama(tmp_path)
+    doc = base()
+    doc["model"] = {"key": "my-llama", "revision": loading.revision_digest(checkpoint), "dtype": "fp32"}
+    path = tmp_path / "doc.causalab.json"
+    path.write_text(json.dumps(doc))
+    compile_plan(doc, document=path, models=[tmp_path / "models"], data=[DATA])
+    target = checkpoint / edit
+    if edit == "config.json":
+        config = json.loads(target.read_text())
+        config["rms_norm_eps"] = 0.5
+        target.write_text(json.dumps(config))
+    else:
+        target.write_text(target.read_text() + "\n")
+    new = loading.revision_digest(checkpoint)
+    with pytest.raises(ModelError) as info:
+        compile_plan(doc, document=path, models=[tmp_path / "models"], data=[DATA])
+    assert info.value.path == "model.revision" and new in str(info.value)
+    assert f'"revision": "{new}"' in info.value.fix
+
+
+def test_a_weights_only_pin_is_refused_with_what_the_revision_covers_now(tmp_path):
+    """A pin that is the weights' digest alone (the form earlier versions wrote) checked nothing of
+    the config or tokenizer: refused, saying so, with the revision to write after checking them."""
+    doc = base()
+    doc["model"]["revision"] = loading.weights_digest(LLAMA)
+    err = refused(doc, tmp_path, ModelError, "model.revision", "weights", "config and tokenizer")
+    assert f'"revision": "{loading.revision_digest(LLAMA)}"' in err.fix
 
 
 def test_an_unknown_model_key_is_refused(tmp_path):

@@ -252,6 +252,9 @@ def test_a_sweep_after_two_of_its_points_ran_alone_computes_only_the_others(engi
     assert rows(mixed) == rows(plain)
     computed = {p.name for p in mixed.points if p.plan is not None}
     assert computed == set(names) - set(alone)
+    # run.json does not name the served points: only their seconds, null, tell them apart.
+    seconds = json.loads((tmp_path / "mixed" / "run.json").read_text())["timing"]["points"]
+    assert [n for n, s in seconds.items() if s is None] == alone
 
 
 # --- damage and refusals -----------------------------------------------------------------------
@@ -306,6 +309,41 @@ def test_rows_rewritten_under_their_own_digest_disagree_with_the_saved_files_and
     entry.write_text(json.dumps(raw))
     assert Store(store).get(key, raw["parts"]) is None
     assert_miss(loaded, lambda cache: cm.run(PATCHING, loaded=loaded, cache=cache), store)
+
+
+def _retyped_rows(data: bytes) -> bytes:
+    """The stored rows with every whole float written as an int (``1.0`` as ``1``): values Python
+    calls equal to the saved file's, in other bytes."""
+    scored = json.loads(data)
+    for s in scored:
+        for row in s["rows"]:
+            if isinstance(row.get("value"), float) and row["value"].is_integer():
+                row["value"] = int(row["value"])
+    return json.dumps(scored, ensure_ascii=False, sort_keys=True).encode("utf-8")
+
+
+def test_rows_equal_in_value_but_not_in_bytes_to_the_saved_file_are_a_miss(filled):
+    """A forged blob under its own digest whose rows compare equal to the saved file's (1 == 1.0)
+    is not served: a hit gives the bytes computed, not values that merely compare equal."""
+    loaded, store = filled
+    key = cache.keys(cm.read(PATCHING), loaded)["patching"]
+    original = _scored_blob(store, key).read_bytes()
+    forged = _retyped_rows(original)
+    assert forged != original and json.loads(forged) == json.loads(original)
+    sha = hashlib.sha256(forged).hexdigest()
+    (store / "blobs" / sha).write_bytes(forged)
+    entry = Store(store).entry_path(key)
+    raw = json.loads(entry.read_text())
+    raw["scored"] = {"sha256": sha, "size": len(forged)}
+    entry.write_text(json.dumps(raw))
+    assert Store(store).get(key, raw["parts"]) is None
+    fresh = assert_miss(loaded, lambda cache: cm.run(PATCHING, loaded=loaded, cache=cache), store)
+    # The entry stored by the miss serves the computed rows as JSON text, not only as values.
+    again = cm.run(PATCHING, loaded=loaded, cache=store)
+    assert served(again) == ["patching"]
+    as_text = lambda run: json.dumps(rows(run), sort_keys=True)  # noqa: E731
+    assert as_text(again) == as_text(fresh)
+    assert _scored_blob(store, key).read_bytes() == original
 
 
 def test_an_entry_missing_its_blob_is_a_miss(filled):

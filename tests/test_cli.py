@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from paths import DATA, MODELS, REPO
+import causalab_mini as cm
+from paths import DATA, MODELS, REPO, V2
 from samples import cli_command
 
 PATCHING = "documents/v2/patching.causalab.json"
@@ -194,12 +195,13 @@ def test_a_missing_file_exits_2(tmp_path):
     assert "cannot read the document" in err
 
 
-def test_revision_prints_the_weights_digest():
-    from causalab_mini.engine.loading import weights_digest
+def test_revision_prints_the_revision_a_document_pins():
+    from causalab_mini.engine.loading import revision_digest
 
     model = MODELS / "tiny-llama"
     line = ok("revision", str(model)).strip()
-    assert line == f"{weights_digest(model)}  {model}"
+    assert line == f"{revision_digest(model)}  {model}"
+    assert line.split()[0] == cm.read(V2 / "patching.causalab.json").model.revision
 
 
 @pytest.mark.parametrize("argv", [[], ["nonsense"]])

@@ -2,7 +2,7 @@
 weights it was written against, and compiles; a few plans are checked against facts computed
 here, independently of the compiler (line counts, the tokenizer, the model's config).
 
-Documents that load a featurizer bundle from documents/artifacts/ compile only once the
+Documents that load a featurizer bundle from documents/v2/artifacts/ compile only once the
 document that makes the bundle has run. Until then their compile test asserts the refusal
 is the clear "does not exist" one, and ``test_compiles_with_stand_in_artifacts`` compiles them
 against stand-in bundles of the right shape in a temporary directory.
@@ -160,9 +160,9 @@ def test_revision_is_current(path):
     resolved = loading.resolve(model.key, None, document=path)
     assert resolved.local and Path(resolved.source).resolve().parent == MODELS.resolve(), \
         f"{model.key!r} should be one of the shipped models under documents/models"
-    digest = loading.weights_digest(Path(resolved.source))
+    digest = loading.revision_digest(Path(resolved.source))
     assert model.revision == digest, (
-        f"{_id(path)} pins {model.key} at {model.revision}, and the weights there are now {digest}: "
+        f"{_id(path)} pins {model.key} at {model.revision}, and the checkpoint there is now {digest}: "
         "rewrite the document's revision if the change is intended")
 
 
@@ -221,15 +221,14 @@ def test_compiles_with_stand_in_artifacts(name, tmp_path):
 
     src = _v2(name)
     raw = documents.read(src)
-    (tmp_path / "v2").mkdir()
-    (tmp_path / "artifacts").mkdir()
+    (tmp_path / "v2" / "artifacts").mkdir(parents=True)
     doc = tmp_path / "v2" / src.name
     doc.write_text(src.read_text())
     spec = documents.points(raw)[0].spec
     d = _config(spec.model.key).hidden_size
     ks = {}
     for fname, feat in spec.featurizers.items():
-        assert feat.file_path and feat.file_path.startswith("../artifacts/")
+        assert feat.file_path and feat.file_path.startswith("artifacts/")
         k = feat.k or (16 if feat.kind == "sae" else 4)
         ks[fname] = k
         save_file(_stand_in(feat.kind, d, k), str((doc.parent / feat.file_path).resolve()))

@@ -21,6 +21,7 @@ from safetensors.torch import load_file, save_file
 
 from causalab_mini import documents, runner
 from causalab_mini.engine import fit as fit_mod
+from causalab_mini.engine import loading
 from causalab_mini.engine import steps as steps_mod
 from causalab_mini.errors import CompileError
 from causalab_mini.ops import featurizers as feat
@@ -518,7 +519,7 @@ def test_a_gate_fit_anneals_trains_only_during_updates_and_optimizes_only_its_pa
 
 
 GOOD_HEADER = {"model": "tiny-llama",
-               "revision": "sha256:f593fba5ada3ed9ee067695cf4dbb048cc354f35bcf6089a05a869fa9002ccec",
+               "revision": loading.revision_digest(MODELS / "tiny-llama"),
                "kind": "subspace", "component": "block_output", "layer": "1", "d": "32", "k": "4",
                "seed": "0", "produced_by": "test"}
 

@@ -23,7 +23,7 @@ import causalab_mini as cm
 from causalab_mini import data as data_mod
 from causalab_mini import documents, reading
 from causalab_mini.errors import CompileError, DataError, DocumentError, MissingArtifact
-from paths import DATA, MODELS
+from paths import DATA, MODELS, V2
 from samples import cli_command, patching_document
 
 MARK = 0.123456789  # a finite stand-in, replaced in the document's text by the literal under test
@@ -380,6 +380,24 @@ def test_dataset_references_and_saves_with_dot_dot_stay_refused(where, value):
     with pytest.raises(DocumentError) as caught:
         cm.read(doc)
     assert caught.value.path == where and "no .." in caught.value.problem
+
+
+@pytest.mark.parametrize("value", ["../artifacts/rot.safetensors", "a/../../rot.safetensors",
+                                   "artifacts/../../rot.safetensors"])
+def test_a_featurizer_bundle_outside_the_documents_folder_is_refused(tmp_path, value):
+    """A featurizer's file_path stays inside the document's folder, like every other path a
+    document names; the refusal comes at read, before any file is opened, with the form to write."""
+    doc = json.loads((V2 / "das_apply.causalab.json").read_text())
+    doc["featurizers"]["rot"]["file_path"] = value
+    with pytest.raises(DocumentError) as caught:
+        cm.read(doc)
+    assert caught.value.path == "featurizers.rot.file_path"
+    assert "outside the document's folder" in caught.value.problem
+    assert '"artifacts/rot.safetensors"' in caught.value.fix
+    path = tmp_path / "d.causalab.json"
+    path.write_text(json.dumps(doc))
+    _refused_by_cli(_child([*cli_command(), "validate", str(path)]),
+                    "error: DocumentError: featurizers.rot.file_path:")
 
 
 def test_the_cli_refuses_a_dot_dot_model_key(tmp_path):

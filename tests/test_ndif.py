@@ -123,7 +123,7 @@ def test_a_shell_reads_no_weight_sends_one_session_and_brings_home_the_local_num
     # No file of the model's was read; a featurizer's own bundle is the client's to read and send.
     model_dir = (MODELS / doc.model.key).resolve()
     assert [f for f in seen if model_dir in Path(f).resolve().parents] == []
-    assert all(Path(f).resolve().parent == (V2.parent / "artifacts").resolve() for f in seen)
+    assert all(Path(f).resolve().parent == (V2 / "artifacts").resolve() for f in seen)
     assert bool(seen) == (case == "featurizer_file")
     assert weightless(shell)  # nothing was dispatched by the run either
     assert target.requests == before + 1  # the whole walk is one request

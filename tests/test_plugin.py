@@ -250,11 +250,11 @@ def test_a_later_feature_is_skipped_with_the_typed_reason(tester):
     No shipped document is Unsupported any more, so the case is das_apply without the rotation
     its sibling document's weights step saves."""
     write(tester, "apply", "das_apply")
-    assert not (tester.path.parent / "artifacts" / "rot.safetensors").exists()
+    assert not (tester.path / "artifacts" / "rot.safetensors").exists()
     result = tester.runpytest("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["SKIPPED [[]1] apply.causalab.json:1: MissingArtifact: featurizers.rot.file_path: "
-                                 "'../artifacts/rot.safetensors' does not exist*"])
+                                 "'artifacts/rot.safetensors' does not exist*"])
 
 
 def test_run_time_refusal_shows_the_typed_message(tester):

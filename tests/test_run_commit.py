@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from causalab_mini import runner
-from causalab_mini.errors import EngineError, WriteError
+from causalab_mini.errors import EngineError, PlanError, WriteError
 from causalab_mini.plan import write as write_mod
 from model_calls import untimed, untimed_bytes
 from paths import DATA, MODELS, V2
@@ -57,15 +57,22 @@ def _without_leftovers(files: dict[str, bytes]) -> dict[str, bytes]:
 def _write_killed_at(plan, out: Path, n: int) -> bool:
     """Write ``plan`` into ``out`` in a forked child killed at its ``n``-th killable call;
     True when the child was killed (False: the write finished before call ``n``)."""
+    return _write_killed_when(plan, out, lambda count, name, args: count == n)
+
+
+def _write_killed_when(plan, out: Path, kill) -> bool:
+    """Write ``plan`` into ``out`` in a forked child killed before the first killable call for which
+    ``kill(count, name, args)`` is true (``count``: that call's number, from 1); True when the child
+    was killed (False: the write finished first)."""
     pid = os.fork()
-    if pid == 0:  # the child: count the calls, die at the n-th
+    if pid == 0:  # the child: count the calls, die at the one ``kill`` picks
         count = [0]
         for name in KILLABLE:
             original = getattr(os, name)
 
-            def counted(*args, _original=original, **kwargs):
+            def counted(*args, _original=original, _name=name, **kwargs):
                 count[0] += 1
-                if count[0] == n:
+                if kill(count[0], _name, args):
                     os.kill(os.getpid(), signal.SIGKILL)
                 return _original(*args, **kwargs)
             setattr(os, name, counted)
@@ -119,6 +126,36 @@ def test_a_kill_at_any_write_leaves_the_previous_run_or_an_incomplete_folder(pla
         assert _snapshot(out) == after, f"kill {n}: the rerun is not a clean run's folder"
         n += 1
     assert kills >= 10  # every step of the commit was reached: staging, mark, moves, commit
+
+
+@pytest.mark.parametrize("over_previous", [False, True])
+def test_a_kill_after_the_files_land_and_before_run_json_is_never_a_finished_run(plans, tmp_path, over_previous):
+    """Killed with every data file of the new run in place and its run.json not yet renamed there
+    (the commit's last step): ``open`` refuses the folder, and a rerun into it is a clean run's."""
+    import causalab_mini as cm
+
+    first, second = plans
+    after = _clean(second, tmp_path / "clean")
+    out = tmp_path / "out"
+    if over_previous:
+        write_mod.write(first, out, first.provenance)
+    run_json = out / write_mod.RUN
+
+    def at_the_commit(count, name, args):  # the rename of run.json's temporary file onto run.json
+        return name == "replace" and Path(args[1]) == run_json
+
+    assert _write_killed_when(second, out, at_the_commit)
+    got = _without_leftovers(_snapshot(out))
+    # The gap itself: every file but run.json is the new run's, and the mark is still there.
+    assert write_mod.RUN not in got and write_mod.INCOMPLETE in got
+    assert {rel: data for rel, data in got.items() if rel != write_mod.INCOMPLETE} == \
+        {rel: data for rel, data in after.items() if rel != write_mod.RUN}
+    assert write_mod.state(out) == "incomplete"
+    with pytest.raises(PlanError, match="did not finish"):
+        cm.open(out)
+    write_mod.write(second, out, second.provenance)  # the rerun into the same folder
+    assert _snapshot(out) == after
+    assert write_mod.state(out) == "complete" and cm.open(out).record["files"] == sorted(set(after) - {write_mod.RUN})
 
 
 def test_a_write_that_fails_half_way_leaves_the_previous_run(plans, tmp_path, monkeypatch):
@@ -286,3 +323,38 @@ def test_a_save_whose_place_is_a_folder_is_refused_before_the_compute(tmp_path, 
     err = capsys.readouterr().err
     assert code == 2 and err.startswith(f"error: PlanError: pos=-2/iia.json: {out}/pos=-2/iia.json is a folder")
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == ["pos=-2", "pos=-2/iia.json"]
+
+
+def test_a_folder_where_the_mark_goes_is_refused_before_the_compute(plans, tmp_path, monkeypatch, capsys):
+    """No write makes ``.causalab-incomplete`` a folder, so a rerun cannot clean it: refused by name,
+    before the first forward, with what is in ``out`` left as it was; once it is gone the run lands."""
+    from causalab_mini import cli
+    from causalab_mini.engine.hooks import HooksEngine
+
+    first, _ = plans
+    out = tmp_path / "out"
+    write_mod.write(first, out, first.provenance)
+    (out / write_mod.INCOMPLETE).mkdir()
+    (out / write_mod.INCOMPLETE / "notes.txt").write_text("a person's")
+    before = _snapshot(out)
+    with pytest.raises(PlanError, match=f"{write_mod.INCOMPLETE} is a folder"):
+        write_mod.write(first, out, first.provenance)
+    assert _snapshot(out) == before
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("the plan was run")
+
+    doc = tmp_path / "doc.causalab.json"
+    doc.write_text(json.dumps(_swept()))
+    argv = ["run", str(doc), "--engine", "hooks", "--models", str(MODELS), "--data", str(DATA), "--out", str(out),
+            "--quiet"]
+    with monkeypatch.context() as m:
+        m.setattr(HooksEngine, "execute", tripwire)
+        code = cli.main(argv)
+    err = capsys.readouterr().err
+    mark = out / write_mod.INCOMPLETE
+    assert code == 2 and err.startswith(f"error: PlanError: {write_mod.INCOMPLETE}: {mark} is a folder"), err
+    assert f"remove {mark}" in err and _snapshot(out) == before
+    shutil.rmtree(mark)
+    assert cli.main(argv) == 0
+    assert write_mod.state(out) == "complete" and not mark.exists()

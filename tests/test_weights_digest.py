@@ -12,6 +12,7 @@ import os
 import pytest
 
 from causalab_mini.engine import loading
+from causalab_mini.errors import ModelError
 
 
 def _digest_by_hand(directory) -> str:
@@ -50,3 +51,52 @@ def test_a_rewritten_file_is_hashed_again(checkpoint):
     assert after != before and after == _digest_by_hand(checkpoint)
     path.write_bytes(b"b" * 65)  # another size
     assert loading.weights_digest(checkpoint) == _digest_by_hand(checkpoint)
+
+
+# --- the revision: everything in the folder that decides the numbers -----------------------------
+
+def _revision_by_hand(directory) -> str:
+    """The same construction over the weights, config, tokenizer and chat-template files (not hidden)."""
+    outer = hashlib.sha256()
+    for f in sorted(directory.iterdir()):
+        if not f.name.startswith(".") and f.name.endswith((".safetensors", ".json", ".txt", ".model",
+                                                           ".jinja", ".tiktoken")):
+            outer.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return "sha256:" + outer.hexdigest()
+
+
+@pytest.fixture
+def whole(checkpoint):
+    for name, text in [("config.json", '{"model_type": "llama"}'), ("tokenizer.json", "{}"),
+                       ("merges.txt", "a b"), ("chat_template.jinja", "{{ messages }}"),
+                       ("README.md", "# a model"), (".hidden.json", "{}")]:
+        (checkpoint / name).write_text(text)
+    return checkpoint
+
+
+def test_the_revision_covers_weights_config_and_tokenizer_files(whole):
+    assert loading.revision_digest(whole) == _revision_by_hand(whole) != loading.weights_digest(whole)
+
+
+@pytest.mark.parametrize("name", ["config.json", "tokenizer.json", "merges.txt", "chat_template.jinja",
+                                  "model.safetensors"])
+def test_editing_a_file_that_decides_the_numbers_moves_the_revision(whole, name):
+    before = loading.revision_digest(whole)
+    path = whole / name
+    path.write_bytes(path.read_bytes() + b" ")
+    assert loading.revision_digest(whole) != before
+
+
+@pytest.mark.parametrize("name", ["README.md", ".hidden.json"])
+def test_a_readme_or_hidden_file_does_not(whole, name):
+    before = loading.revision_digest(whole)
+    (whole / name).write_text("edited")
+    assert loading.revision_digest(whole) == before
+
+
+def test_a_revision_file_that_is_not_regular_is_refused(whole):
+    (whole / "tokenizer.json").unlink()
+    os.mkfifo(whole / "tokenizer.json")
+    with pytest.raises(ModelError) as info:
+        loading.revision_digest(whole)  # returns at once: a FIFO is never opened
+    assert "tokenizer.json" in info.value.problem

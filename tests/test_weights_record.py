@@ -31,6 +31,20 @@ def sha256_of(directory: Path) -> str:
     return "sha256:" + outer.hexdigest()
 
 
+REVISION_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja", ".tiktoken")
+
+
+def revision_of(directory: Path) -> str:
+    """What a checkpoint's revision is, computed here by hand: the same construction over every
+    top-level file the model, config and tokenizer loaders read (weights, config, tokenizer, chat
+    template), in name order."""
+    outer = hashlib.sha256()
+    for f in sorted(p for p in directory.iterdir()
+                    if not p.name.startswith(".") and p.name.endswith(REVISION_SUFFIXES)):
+        outer.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())
+    return "sha256:" + outer.hexdigest()
+
+
 def unpinned(model_key: str) -> dict:
     doc = json.loads((V2 / "patching.causalab.json").read_text())
     doc["header"]["expect"] = []
@@ -59,7 +73,8 @@ def test_run_json_records_the_weights_digest_of_an_unpinned_document(tmp_path):
     ran = cm.run(doc_path, engine="hooks", out=tmp_path / "out", data=DATA)
     record = json.loads((tmp_path / "out" / "run.json").read_text())
     config = "sha256:" + hashlib.sha256((checkpoint / "config.json").read_bytes()).hexdigest()
-    assert record["model"] == {"key": "my-llama", "weights": sha256_of(checkpoint), "config": config}
+    assert record["model"] == {"key": "my-llama", "revision": revision_of(checkpoint),
+                               "weights": sha256_of(checkpoint), "config": config}
     assert ran.point().weights == sha256_of(checkpoint)
     assert cm.open(tmp_path / "out").point().weights == sha256_of(checkpoint)
 
@@ -69,7 +84,8 @@ def test_a_pinned_document_records_the_same_digest_on_both_engines(tmp_path, eng
     cm.run(V2 / "patching.causalab.json", engine=engine, out=tmp_path)
     record = json.loads((tmp_path / "run.json").read_text())
     assert record["model"]["weights"] == sha256_of(MODELS / "tiny-llama")
-    assert record["model"]["weights"] == cm.read(V2 / "patching.causalab.json").model.revision
+    assert record["model"]["revision"] == revision_of(MODELS / "tiny-llama")
+    assert record["model"]["revision"] == cm.read(V2 / "patching.causalab.json").model.revision
 
 
 def test_a_drift_from_an_edited_config_says_so_first(tester):
@@ -108,9 +124,9 @@ def test_a_baseline_stores_the_weights_and_a_drift_from_new_weights_says_so_firs
     (tester.path / "mine.causalab.json").write_text(json.dumps(unpinned("my-llama")))
     first = tester.runpytest("-W", "default")
     first.assert_outcomes(passed=1, warnings=2)  # the baseline written; the revision unpinned
-    old = sha256_of(checkpoint)
-    first.stdout.fnmatch_lines([f"*mine.causalab.json pins no model.revision; it ran on {old}: pin those "
-                                f"weights with \"revision\": \"{old}\" in its model section*"])
+    old, pin = sha256_of(checkpoint), revision_of(checkpoint)
+    first.stdout.fnmatch_lines([f"*mine.causalab.json pins no model.revision; it ran on {pin}: pin that "
+                                f"checkpoint with \"revision\": \"{pin}\" in its model section*"])
     stored = json.loads((tester.path / "baselines" / "mine.json").read_text())
     assert stored["points"]["mine"]["weights"] == old
 

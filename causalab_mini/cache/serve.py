@@ -169,7 +169,9 @@ def run_cached(store: Store, doc, loaded, plan: Plan, *, engine: str, out: Optio
             if storable(scored):
                 parts = k.parts(model, record)
                 store.put(keying.digest(parts), parts, Entry(tuple(scored), made[k.name]))
-    # A served point computed nothing here: its seconds are null, and the record says it was served.
+    # A served point computed nothing here, so its seconds in the timing are null; nothing else in
+    # run.json tells it from a computed point (the record is a key part, the same either way).
+    # Which points were served is told by served(run) (and the CLI's "cached:" line), in no file.
     run_record = {**record, "document": doc.name,
                   TIMING: clock.record({k.valid.name: k.name for k in keyed if k.prefix})}
     points = []

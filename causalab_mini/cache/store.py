@@ -9,8 +9,8 @@
 
 Every byte a hit serves comes out of a blob whose digest is checked as it is read: the rows the
 run reports and its expectations and baselines are held to as much as the files it writes. An
-entry edited to say other rows names a blob that is not there (a miss); rows that disagree with
-the metric files saved beside them are a miss too.
+entry edited to say other rows names a blob that is not there (a miss); rows whose JSON text is not
+that of the metric files saved beside them are a miss too (1 and 1.0 compare equal, but differ).
 
 A file is written whole under a temporary name and renamed into place (``files.write_atomic``),
 blobs before the entry that names them, so a reader finds either no entry or one whose blobs are
@@ -123,7 +123,9 @@ class Store:
         for s in scored:  # a metric saved as a file: its rows are that file's, byte for byte
             if s.file is not None and s.file not in files:
                 raise ValueError(f"{s.file}, where {s.name} is saved, is not among the files stored")
-            if s.file is not None and json.loads(files[s.file]) != s.result.rows:
+            # Compared as text, not as values: 1 == 1.0, True == 1 and -0.0 == 0.0 in Python, so a
+            # forged blob writing 1 for the file's 1.0 would pass a value check and be served.
+            if s.file is not None and _canonical(json.loads(files[s.file])) != _canonical(s.result.rows):
                 raise ValueError(f"{s.file} and the rows stored for {s.name} disagree")
         return Entry(tuple(scored), files)
 
@@ -145,7 +147,7 @@ class Store:
         try:
             listed = [{"path": rel, **self._put_blob(data)} for rel, data in entry.files.items()]
             scored = [{"step": s.step, "name": s.name, "file": s.file, "rows": s.result.rows} for s in entry.scored]
-            rows = self._put_blob(json.dumps(scored, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+            rows = self._put_blob(_canonical(scored))
             record = {"format": FORMAT, "key": key, "parts": dict(parts), "scored": rows, "files": listed}
             write_atomic(self.entry_path(key), (json.dumps(record, ensure_ascii=False) + "\n").encode("utf-8"))
         except OSError as err:
@@ -162,6 +164,12 @@ class Store:
         if not (blob.is_file() and hashlib.sha256(blob.read_bytes()).hexdigest() == sha):
             write_atomic(blob, data)
         return {"sha256": sha, "size": len(data)}
+
+
+def _canonical(value) -> bytes:
+    """JSON text that tells apart every two values JSON can: keys sorted, each number as Python
+    writes it (``repr``, which reads back to the same float), so 1 and 1.0 differ."""
+    return json.dumps(value, ensure_ascii=False, sort_keys=True).encode("utf-8")
 
 
 def storable(scored) -> bool:

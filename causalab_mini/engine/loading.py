@@ -6,8 +6,9 @@ each entry of the model search path (``--models``, ``CAUSALAB_MODELS``, else a
 ``models/`` or ``documents/models/`` folder found walking up from the document);
 otherwise a hub id at ``revision``. Documents hold no absolute paths.
 
-A local model's revision is ``sha256:<hex>`` over its safetensors files, so a
-document pinned to a checkpoint notices when the weights under that name change.
+A local model's revision is ``sha256:<hex>`` over its weights, config and tokenizer files
+(``revision_digest``), so a document pinned to a checkpoint notices when anything that decides
+its numbers changes under that name.
 
 Only ``load_weights`` touches tensors; everything else reads config, tokenizer
 and file bytes, which is what lets ``explain`` compile without weights.
@@ -33,7 +34,7 @@ ENV_MODELS = "CAUSALAB_MODELS"
 class ResolvedModel:
     key: str  # as the document wrote it
     source: str  # what from_pretrained gets: a local directory or a hub id
-    revision: Optional[str]  # hub commit, or the local weights' digest
+    revision: Optional[str]  # hub commit, or the local checkpoint's revision_digest
     local: bool
     # The digest of the weights this resolution hashed (a local checkpoint's, whether or not the
     # document pins it); None where no weight file was read (a hub id, an ndif shell).
@@ -69,28 +70,52 @@ def model_roots(explicit=None, document: Optional[Path] = None) -> list[Path]:
     return roots + ([found] if found else [])
 
 
+# What a local checkpoint's revision covers: every file transformers' model, config, tokenizer
+# and processor loaders read from the folder's top level — weights and shard index, config.json
+# and generation_config.json (norm eps, rope theta, softcapping decide the numbers as much as the
+# weights do), the tokenizer's files (they decide the token ids) and a chat template. A README or
+# licence is not among them, so editing one does not re-pin the documents that name the model.
+REVISION_SUFFIXES = (".safetensors", ".json", ".txt", ".model", ".jinja", ".tiktoken")
+
+
 def weights_digest(directory: Path) -> str:
     """``sha256:<hex>`` over the names and bytes of every weight file the loader may read.
 
     Both engines load safetensors only (``use_safetensors=True``: a pickled ``.bin`` is never
     read), so that is every ``*.safetensors`` file and a sharded checkpoint's index, which
-    says which of them hold what.
+    says which of them hold what. Recorded in run.json beside the revision; the revision
+    (``revision_digest``) covers these files and the rest that decide the numbers.
     """
     files = sorted([*Path(directory).glob("*.safetensors"), *Path(directory).glob("*.safetensors.index.json")])
     if not files:
         raise ModelError("model.key", f"{directory} has no .safetensors weights",
                          "save the model with save_pretrained(..., safe_serialization=True)")
+    return _digest_of(files)
+
+
+def revision_digest(directory: Path) -> str:
+    """A local checkpoint's revision, what a document pins and ``causalab-mini revision`` prints:
+    ``sha256:<hex>`` over the names and bytes of its weights, config and tokenizer files
+    (``REVISION_SUFFIXES``), the local counterpart of a hub commit."""
+    directory = Path(directory)
+    weights_digest(directory)  # a folder without safetensors weights is refused by that name
+    files = sorted(p for p in directory.iterdir()
+                   if not p.name.startswith(".") and p.name.endswith(REVISION_SUFFIXES))
+    return _digest_of(files)
+
+
+def _digest_of(files: list) -> str:
     outer = hashlib.sha256()
     for f in files:
         try:
             check_regular(f)  # a FIFO would block the hash, /dev/zero never end it
             outer.update(f.name.encode() + b"\0" + file_digest(f))
         except NotRegular as err:
-            raise ModelError("model.key", f"{f} {err}", "a weight file is a regular .safetensors file: "
+            raise ModelError("model.key", f"{f} {err}", "a checkpoint's files are regular files: "
                              "restore the checkpoint") from None
         except OSError as err:  # a symlink to nothing, a file this user cannot read
             raise ModelError("model.key", f"{f} cannot be read ({err.strerror or err})",
-                             "a weight file is a regular .safetensors file you can read: restore the "
+                             "a checkpoint's files are regular files you can read: restore the "
                              "checkpoint") from None
     return "sha256:" + outer.hexdigest()
 
@@ -144,14 +169,11 @@ def resolve(key: str, revision: Optional[str], *, document: Optional[Path] = Non
         if _is_model_dir(candidate):
             if not hash_weights:
                 return ResolvedModel(key, str(candidate), revision, True)
-            digest = weights_digest(candidate)
+            digest = revision_digest(candidate)
+            weights = weights_digest(candidate)
             if check_revision and revision is not None and revision != digest:
-                raise ModelError(
-                    "model.revision",
-                    f"the weights at {key!r} are {digest}, and the document names {revision}",
-                    "the checkpoint changed since the document was written: rerun the experiment "
-                    f"on purpose by writing \"revision\": \"{digest}\", or restore the weights")
-            return ResolvedModel(key, str(candidate), digest, True, weights=digest,
+                raise _not_the_pinned(key, digest, weights, revision)
+            return ResolvedModel(key, str(candidate), digest, True, weights=weights,
                                  config=config_digest(candidate))
     if key.startswith((".", "/")) or key.count("/") > 1:
         raise ModelError("model.key", f"{key!r} is not a model directory (searched: "
@@ -159,6 +181,21 @@ def resolve(key: str, revision: Optional[str], *, document: Optional[Path] = Non
                          join(local_suggestion(key, model_roots(roots, document)),
                               f"pass --models DIR or set {ENV_MODELS} to the folder that holds it"))
     return ResolvedModel(key, key, revision, False)
+
+
+def _not_the_pinned(key: str, digest: str, weights: str, revision: str) -> ModelError:
+    if revision == weights:
+        # A pin written before the revision covered config and tokenizer: the weights are the
+        # pinned ones, but what else decides the numbers was never checked.
+        return ModelError("model.revision", f"{revision} is the digest of the weights at {key!r} alone; "
+                          "a revision covers the weights, config and tokenizer files together",
+                          f"check the checkpoint's config and tokenizer are the ones you meant, then "
+                          f"write \"revision\": \"{digest}\"")
+    return ModelError("model.revision",
+                      f"the checkpoint at {key!r} (weights, config and tokenizer files) is {digest}, "
+                      f"and the document names {revision}",
+                      "the checkpoint changed since the document was written: rerun the experiment "
+                      f"on purpose by writing \"revision\": \"{digest}\", or restore its files")
 
 
 def local_models(roots) -> dict[str, Path]:

@@ -61,14 +61,15 @@ def served_dtype(model: Any) -> str:
 
 
 def model_record(engine: Any) -> dict:
-    """Which model ran: the document's key and the weights' identity (a local checkpoint's
-    sha256, as ``causalab-mini revision`` prints it), recorded whether or not the document pins
-    a revision, so a result always says what it was computed on; ``config`` is its config.json's
-    sha256, which decides the numbers too (the revision pin covers the weights only). Both are null
-    where no weight file was read here (a hub id, an NDIF shell): the pinned revision then says it."""
+    """Which model ran, recorded whether or not the document pins a revision, so a result always
+    says what it was computed on: the document's key; ``revision``, a local checkpoint's digest over
+    its weights, config and tokenizer files (as ``causalab-mini revision`` prints it and a document
+    pins it) or the hub commit the document names; and, to say which part changed when a revision
+    does, ``weights`` (the safetensors files' digest) and ``config`` (config.json's sha256). The
+    last two are null where no weight file was read here (a hub id, an NDIF shell)."""
     facts = getattr(engine, "_facts", None)
-    return {"key": getattr(facts, "key", None), "weights": getattr(facts, "weights", None),
-            "config": getattr(facts, "config_digest", None)}
+    return {"key": getattr(facts, "key", None), "revision": getattr(facts, "revision", None),
+            "weights": getattr(facts, "weights", None), "config": getattr(facts, "config_digest", None)}
 
 
 def record(engine: Any, remote: Any, batch_size: Optional[int], at_once: int = 1) -> dict:

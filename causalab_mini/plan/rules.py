@@ -39,6 +39,10 @@ def check_spec(spec: "Spec") -> None:
         if feat.file_path and feat.file_path.startswith(("/", "~")):
             raise DocumentError(f"featurizers.{name}.file_path", "an absolute path",
                                 "write a path relative to the document")
+        if feat.file_path and ".." in feat.file_path.split("/"):
+            raise DocumentError(f"featurizers.{name}.file_path", f"{feat.file_path!r} reaches outside the "
+                                "document's folder (..)", "keep the bundle in a folder beside the document "
+                                "and name it from there, e.g. \"artifacts/rot.safetensors\"")
     for name, iv in spec.interventions.items():
         _check_intervention(spec, f"interventions.{name}", iv)
     _check_steps(spec)

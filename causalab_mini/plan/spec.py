@@ -201,9 +201,9 @@ class Featurizer(_Strict):
     @field_validator("file_path")
     @classmethod
     def _loadable(cls, path: Optional[str]) -> Optional[str]:
-        # Relative to the document, and it may reach a sibling folder (../artifacts/...: the
-        # corpus keeps its bundles there). What that reaches is bounded otherwise: a .safetensors
-        # name, a regular file only (build._file), and only its header read at compile time.
+        # Relative to the document and inside its folder (rules.check_spec refuses / and .. with
+        # the document's own words); what it names is a .safetensors name, read as a regular file
+        # only (build._file), only its header at compile time.
         wrong = names.problem(path, relative=False) if path is not None else None
         if wrong:
             raise ValueError(f"{path[:80]!r} {wrong}")

@@ -269,7 +269,13 @@ def _clean_orphans(out: Path, names) -> None:
 
 def check_targets(out: Path, files) -> None:
     """Refuse, before anything is written, a file whose place is a folder, whose folder is a file,
-    or whose folder is a symbolic link (which would send the run's files outside ``out``)."""
+    or whose folder is a symbolic link (which would send the run's files outside ``out``); and a
+    folder where the run puts its mark (no write of ours makes one, so it is not ours to remove,
+    and the mark could never be written over it nor the folder ever read as a result)."""
+    mark = out / INCOMPLETE
+    if mark.is_dir() and not mark.is_symlink():
+        raise PlanError(INCOMPLETE, f"{mark} is a folder, and a run marks the folder it is writing with a "
+                        "file of that name", f"remove {mark} (no run makes it a folder), then run again")
     for rel in files:
         target = out / rel
         for parent in target.parents:

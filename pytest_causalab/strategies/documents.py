@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from causalab_mini import vocab
-from causalab_mini import weights_digest  # stdlib only: no torch at import
+from causalab_mini import revision_digest  # stdlib only: no torch at import
 
 from .positions import _spelled, position_json, positions
 from .tensors import _number, mechanisms
@@ -134,7 +134,7 @@ def _bounds(model_dir: Path) -> dict:
         # the layout table the compiler reads, so a strategy never draws a unit the compiler refuses.
         "d_mlp": _layout(config).d_mlp(SimpleNamespace(**text), d_model),
         "vocab_size": text.get("vocab_size"),
-        "revision": weights_digest(model_dir),
+        "revision": revision_digest(model_dir),
     }
 
 
