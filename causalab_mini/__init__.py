@@ -39,11 +39,14 @@ _HOME = {
                      "MissingArtifact", "PlanError", "DamagedRun", "BaselineError", "WriteError",
                      "EngineError", "Unsupported", "HubUnreachable"), ".errors"),
     **dict.fromkeys(("Expectation", "Comparison"), ".plan.expect"),
-    **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".runner"),
+    **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".engine.registry"),
     **dict.fromkeys(("weights_digest", "revision_digest"), ".engine.loading"),
     "write_atomic": ".files",
     "run_points": ".together",
     "run_together": ".together",
+    "RunOptions": ".running.options",
+    "Execution": ".running.execution",
+    **dict.fromkeys(("document_run", "point_run"), ".running.assemble"),
     "stand_in": ".remote",
     "CacheError": ".cache",
     "label": ".plan.sweep",
@@ -60,6 +63,8 @@ __all__ = [
     "read", "points", "compile", "load", "run", "open", "Document", "resolve_model", "revision_digest",
     "weights_digest",
     "expectation", "write_atomic", "family_layout", "position_cut", "plot", "run_points", "run_together", "stand_in",
+    # the one run path the verbs above specialise: selected points on a loaded model, computed when asked for
+    "RunOptions", "Execution", "document_run", "point_run",
     # results
     "Run", "Point", "Result", "Grid",
     # verdicts: results held to expectations and references

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Union
 
-from . import documents, run_files, runner
+from . import documents, formats, run_files, runner
 from .errors import PlanError
 from .plan.expect import Expectation
 from .results import Point, Run, Scored, Result, point_name, stem
@@ -177,55 +177,48 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     ``point.value(name)``, a CPU tensor as read: rows in the dataset's order, then the read's
     positions, then its width. Nothing on disk changes (a step's ``outputs`` and ``saves`` put a
     read in a file); a name no pass reads is refused before the load."""
-    from .plan.write import check_out, check_targets, planned_files, write
+    from .plan.write import check_out
+    from .running.assemble import document_run
+    from .running.execution import Execution
+    from .running.options import RunOptions
 
     doc = read(document)
-    check_run_options(batch_size, at_once)
-    if reads is not None and cache is not None:
-        raise PlanError("reads", "a point served from the cache ran no forward, so it has no activations "
-                        "to keep", "leave out cache= to keep reads, or save them with the step's "
-                        "outputs and saves")
+    options = RunOptions(batch_size=batch_size, at_once=at_once, share=share, device_map=device_map,
+                         trust_remote_code=trust_remote_code, models=models, data=data, cache=cache, reads=reads)
+    options.check()
     if reads is not None:
         _check_reads(doc, reads)
     if out is not None:
         out = Path(out)
         check_out(out)
-    store = None
     if cache is not None:
         from .cache import open_store
 
-        store = open_store(cache, engine=engine if loaded is None else loaded.name)
+        open_store(cache, engine=engine if loaded is None else loaded.name)  # refused before the load
     clock = Clock()
     if loaded is None:
         with clock.measure("load"):
             loaded = load(doc, engine=engine, models=models, device_map=device_map,
                           trust_remote_code=trust_remote_code)
-    else:
-        engine = loaded.name
-    with clock.measure("compile"):
-        plan = compile(doc, loaded=loaded, data=data, share=share)
-    if reads is not None:
-        from .plan.keep import keep_reads
-
-        plan = keep_reads(plan, reads)
+    execution = Execution(loaded, [(doc, None)], options, clock=clock)
     if out is not None:
-        check_targets(out, planned_files(plan))
-    if store is not None:
-        from .cache.serve import run_cached
-
-        return run_cached(store, doc, loaded, plan, engine=engine, out=out, batch_size=batch_size, data=data,
-                          share=share, at_once=at_once, clock=clock)
+        _check_targets(out, execution)
     # "ndif" is the nnterp engine on a weightless shell, whose session goes to NDIF: where a run
     # happens is the engine's to say, not a second code path here.
-    swept = {p.name: p.name for p in doc.points if p.name is not None}
-    with clock.walk(swept):
-        plan = loaded.execute(plan, batch_size=batch_size, at_once=at_once)
-    # The record names the run's point, so open() calls an unswept run's one point what run() did.
-    record = {**plan.provenance, "document": doc.name, TIMING: clock.record(swept)}
-    ran = run_of(doc, engine, plan, out, record)
-    if out is not None:
-        ran.files = write(plan, out, record)
-    return ran
+    return document_run(execution, out)
+
+
+def _check_targets(out: Path, execution) -> None:
+    """Refuse, before the first forward, a file of the run whose place in ``out`` cannot take it."""
+    from .plan.plan import Plan
+    from .plan.write import check_targets, planned_files
+
+    slots = list(execution.slots.values())
+    if execution.flat:
+        layout = slots[0].compiled
+    else:
+        layout = Plan(name="<root>", steps={s.name: s.compiled for s in slots}, document=None, produced_by=None)
+    check_targets(out, planned_files(layout))
 
 
 def _check_reads(doc: Document, reads) -> None:
@@ -291,10 +284,10 @@ def _opened_point(folder: Path, name: str, valid, engine: str, directory: Path) 
     scored, tensors = [], {}
     for step_name, step in valid.spec.steps.items():
         for save in getattr(step, "saves", ()):
-            file = folder / save.file_path
-            if save.file_path.endswith(".json"):
-                rows = run_files.metric_rows(file, directory)
-                scored.append(Scored(step_name, save.value, Result(save.value, rows), save.file_path))
+            form = formats.format_of(save.file_path)
+            value = form.read(folder / save.file_path, directory)
+            if form.holds == formats.ROWS:
+                scored.append(Scored(step_name, save.value, Result(save.value, value), save.file_path))
             else:
-                tensors[save.file_path] = run_files.tensors(file, directory)
+                tensors[save.file_path] = value
     return Point(None, name, dict(valid.coords), engine, scored, valid.spec.produced_by, None, folder, tensors)

@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from .engine import registry  # the engine names: standard library only, like this module's imports
 from .errors import CausalabError
 
 
@@ -273,8 +274,8 @@ def parser() -> argparse.ArgumentParser:
     p = verbs.add_parser("explain", help="compile documents against the model's config (no weights) "
                                          "and print the plan")
     p.add_argument("documents", nargs="+")
-    p.add_argument("--engine", choices=("nnterp", "hooks"), default="nnterp",
-                   help="the engine whose refusals apply (default nnterp)")
+    p.add_argument("--engine", choices=registry.LOCAL_ENGINES, default=registry.DEFAULT,
+                   help=f"the engine whose refusals apply (default {registry.DEFAULT})")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="read a model whose config or tokenizer names code of its own (runs that code)")
     p.add_argument("--tokens", action="store_true",
@@ -291,9 +292,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("run", help="run a document and write its results")
     p.add_argument("document", help="a *.causalab.json document (every sweep point runs)")
-    p.add_argument("--engine", choices=("nnterp", "hooks", "ndif"), default="nnterp",
-                   help="nnterp: nnsight through nnterp's standardized names; hooks: plain torch forward "
-                        "hooks; ndif: the nnterp engine on a weightless shell, run on NDIF (default nnterp)")
+    p.add_argument("--engine", choices=registry.ENGINES, default=registry.DEFAULT, help=registry.help_text())
     p.add_argument("--device-map", default="cpu", metavar="MAP",
                    help="where the weights load: cpu, cuda:0, auto (spread over every device), ... "
                         "(transformers' device_map; default cpu)")

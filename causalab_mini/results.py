@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional
 
 from .errors import PlanError
+from .formats import ROWS, format_of
 from .plan.plan import Fit, Observe, Plan, Weights
 
 SUFFIX = ".causalab.json"
@@ -144,12 +145,13 @@ def _scoring_steps(plan: Plan) -> list[tuple[str, Observe]]:
 
 
 def scored_in_plan(plan: Plan) -> list[Scored]:
-    """Every metric an executed plan scored, with the file a ``.json`` save writes it to."""
+    """Every metric an executed plan scored, with the file a save of metric rows writes it to."""
     from .plan.write import metric_rows
 
     found = []
     for step_name, step in _scoring_steps(plan):
-        files = {s.value: s.file_path for s in plan.steps[step_name].saves if s.file_path.endswith(".json")}
+        files = {s.value: s.file_path for s in plan.steps[step_name].saves
+                 if format_of(s.file_path).holds == ROWS}
         for metric in step.metrics:
             if metric.name in step.results:
                 rows = metric_rows(step, metric.name, plan.produced_by)

@@ -6,6 +6,9 @@ rewrote it. Every reader (``table``, ``plot``, ``report``) goes through ``open``
 file is refused here, once, as a ``DamagedRun`` naming the file, what is wrong with it and
 the fix (run the document again into the folder) — never a ``JSONDecodeError`` traceback
 from deep inside a reader, and never a damaged file read as a result.
+
+``metric_rows`` and ``tensors`` are the checks of the save formats (``formats.py``); which one a
+save's file gets is its format's to say, ``formats.format_of(path).read``, never its suffix here.
 """
 from __future__ import annotations
 

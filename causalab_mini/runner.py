@@ -1,4 +1,5 @@
-"""Engines by name, and the load and execute stages the public API (``api.py``) composes.
+"""The load and execute stages the public API (``api.py``) composes; engines by name are
+``engine/registry.py``'s.
 
 One function per stage, so a caller that already holds a loaded engine reuses it
 and skips the load.
@@ -9,33 +10,13 @@ from pathlib import Path
 from typing import Optional
 
 from . import documents
-from .errors import EngineError
+from .engine import registry
 
-ENGINES = ("nnterp", "hooks", "ndif")  # every engine name; ndif is nnterp on a weightless shell, run remotely
-LOCAL_ENGINES = ("nnterp", "hooks")
-
-
-def engine_class(name: str):
-    if name == "nnterp":
-        from .engine.nnterp import NNterpEngine
-        return NNterpEngine
-    if name == "ndif":
-        from .engine.ndif import NDIFEngine
-        return NDIFEngine
-    if name == "hooks":
-        from .engine.hooks import HooksEngine
-        return HooksEngine
-    raise EngineError("engine", f"unknown engine {name!r}", f"use one of: {', '.join(ENGINES)}")
-
-
-# run.json records the engine's class (provenance.record); this is the name it was asked by.
-_CLASS_NAMES = {"NNterpEngine": "nnterp", "HooksEngine": "hooks", "NDIFEngine": "ndif"}
-
-
-def engine_name(class_name: Optional[str], *, remote: bool = False) -> str:
-    """The engine name of a run record's engine class (``NNterpEngine`` run remotely: ``ndif``)."""
-    name = _CLASS_NAMES.get(class_name or "", class_name or "unknown")
-    return "ndif" if remote and name == "nnterp" else name
+# Re-exported from the registry (engine/registry.py), for callers that import them from here.
+ENGINES = registry.ENGINES  # every engine name; ndif is nnterp on a weightless shell, run remotely
+LOCAL_ENGINES = registry.LOCAL_ENGINES
+engine_class = registry.engine_class
+engine_name = registry.engine_name
 
 
 def load_engine(raw: dict, *, engine: str = "nnterp", document: Optional[Path] = None, models=None,

@@ -19,7 +19,9 @@ from typing import Callable, Iterable, Optional, Union
 from . import api
 from .errors import PlanError
 from .results import Run
-from .timing import KEY as TIMING, Clock
+from .running.execution import chosen
+from .running.options import RunOptions
+from .timing import Clock
 
 OutFor = Union[None, str, Path, Callable[[str], Optional[Path]]]
 # run_together's folders: (document, point name or None for an unswept document) -> folder or None
@@ -42,10 +44,10 @@ def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str =
     if len(doc.points) == 1 and doc.points[0].name is None:
         raise PlanError("run_points", f"{doc.name} is not swept: it has one point",
                         "run it with causalab_mini.run")
-    api.check_run_options(batch_size, at_once)
+    RunOptions(batch_size=batch_size, at_once=at_once).check()
     clock = Clock()
     if loaded is None:  # an unknown point and an unusable folder are refused before the model loads
-        for p in _chosen(doc, names):
+        for p in chosen(doc, names):
             folder = _out_of(out, p.name)
             if folder is not None:
                 check_out(folder)
@@ -70,64 +72,27 @@ def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[
     them. Every document is run on ``loaded``, as ``run(loaded=...)`` runs it: group documents by
     the model they name. Everything that can refuse does so before the first forward. ``clock``:
     where the caller measured the load (each point's run.json records its timing)."""
-    from .plan.plan import Plan
-    from .plan.share import share as share_forwards
-    from .plan.write import check_out, check_targets, planned_files, write
+    from .plan.write import check_out, check_targets, planned_files
+    from .running.assemble import point_run
+    from .running.execution import Execution
 
-    api.check_run_options(batch_size, at_once)
-    engine = loaded.name
-    chosen = [(doc, _chosen(doc, names)) for doc, names in ((api.read(d), n) for d, n in selections)]
-    outs = {(i, p.name): out(doc, p.name) if out is not None else None
-            for i, (doc, points) in enumerate(chosen) for p in points}
-    for folder in filter(None, outs.values()):
+    options = RunOptions(batch_size=batch_size, at_once=at_once, share=share, data=data)
+    options.check()
+    selections = [(api.read(d), names) for d, names in selections]
+    for doc, names in selections:
+        chosen(doc, names)  # an unknown point refused before any folder is looked at
+    execution = Execution(loaded, selections, options, clock=clock)
+    folders = {key: out(s.doc, s.name) if out is not None else None for key, s in execution.slots.items()}
+    for folder in filter(None, folders.values()):
         check_out(folder)
-    clock = clock or Clock()
-    children: dict = {}
-    for i, (doc, points) in enumerate(chosen):
-        with clock.measure("compile"):
-            plan = api.compile(api.Document(doc.raw, doc.path, points), loaded=loaded, data=data, share=False)
-        for p in points:
-            # A point is keyed by its document's place in the call: two documents may share names.
-            children[_key(i, p.name)] = plan if p.name is None else plan.steps[p.name]
-    root = Plan(name="<root>", steps=children, document=None, produced_by=None)
-    for (i, name), folder in outs.items():
+    for key, folder in folders.items():
         if folder is not None:
-            check_targets(folder, planned_files(_alone(root, _key(i, name))))
-    with clock.walk(children):
-        plan = loaded.execute(share_forwards(root) if share else root, batch_size=batch_size, at_once=at_once)
-    runs: list[dict] = []
-    for i, (doc, points) in enumerate(chosen):
-        mine = {}
-        for p in points:
-            single = doc if p.name is None else doc.point(p.name)
-            alone, folder = _alone(plan, _key(i, p.name)), outs[(i, p.name)]
-            # As run() records the point alone, with this point's own seconds.
-            record = {**plan.provenance, "document": single.name, TIMING: clock.point_record(_key(i, p.name))}
-            ran = api.run_of(single, engine, alone, folder, record)
-            if folder is not None:
-                ran.files = write(alone, folder, record)
-            mine[p.name] = ran
-        runs.append(mine)
+            check_targets(folder, planned_files(replace(execution.slots[key].compiled, name="<root>", coords=())))
+    execution.compute()
+    runs: list[dict] = [{} for _ in selections]
+    for key, s in execution.slots.items():
+        runs[s.index][s.name] = point_run(execution, key, folders[key])
     return runs
-
-
-def _chosen(doc, names) -> tuple:
-    """The document's points named in ``names`` (None: all), in the document's order."""
-    known = [p.name for p in doc.points]
-    wanted = set(known if names is None else names)
-    for name in wanted - set(known):
-        shown = known if known != [None] else "none: it is not swept (name its point None)"
-        raise PlanError(f"point {name!r}", f"not in {doc.name}", f"points: {shown}")
-    return tuple(p for p in doc.points if p.name in wanted)
-
-
-def _key(index: int, name: Optional[str]) -> str:
-    return f"{index}:{'' if name is None else name}"
-
-
-def _alone(plan, key: str):
-    """A point's sub-plan as the root plan of its point run alone: the same steps and results."""
-    return replace(plan.steps[key], name="<root>", coords=(), provenance=plan.provenance)
 
 
 def _out_of(out: OutFor, name: str) -> Optional[Path]:

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+from .engine import registry
 from .suggest import HintedValueError, did_you_mean
 
 
@@ -125,30 +126,9 @@ FEATURIZER_KINDS = tuple(sorted(n for n, f in FEATURIZERS.items() if f.declared)
 TRAINABLE_KINDS = tuple(sorted(n for n, f in FEATURIZERS.items() if f.declared and f.trainable))
 
 
-@dataclass(frozen=True)
-class MetricKind:
-    name: str
-    columns: tuple[str, ...]  # the operand fields, in the order compute takes them
-    unit: str
-    differentiable: bool
-    # 2: rows whose compared answers share their scored token are excluded (answers_share_token)
-    # — logit_diff's a and b, a match and the answer its document contrasts it with.
-    version: int = 1
-
-    @property
-    def estimand_version(self) -> str:
-        return f"{self.name}/v{self.version}"
-
-
-# COLUMNS: which data columns a metric kind names, in the order the scorer takes them.
-METRICS: dict[str, MetricKind] = {m.name: m for m in (
-    MetricKind("match", ("expected",), "fraction", False, version=2),
-    MetricKind("logit_diff", ("a", "b"), "logit", True, version=2),
-    MetricKind("cross_entropy", ("target",), "nats", True),
-    MetricKind("token_logit", ("token",), "logit", True),
-    MetricKind("token_prob", ("token",), "probability", True),
-)}
-COLUMNS: dict[str, tuple[str, ...]] = {k: m.columns for k, m in METRICS.items()}
+# The metric kinds are a registry: each record holds its vocabulary facts and its scorer
+# together (metric_kinds.py), and this module re-exports that one table.
+from .metric_kinds import COLUMNS, METRICS, MetricKind  # noqa: E402,F401
 TOKEN_FORMS = ("space_prefixed",)
 
 REDUCTIONS = ("mean", "pca")
@@ -166,7 +146,7 @@ def render() -> str:
     lines = ["components:"]
     for c in COMPONENTS.values():
         sel = f"[{c.selector}]" if c.selector else "-"
-        engines = "nnterp, hooks" if c.hooks else "nnterp"
+        engines = ", ".join(engines_reaching(c))
         lines.append(f"  {c.name:<18} {c.kind:<9} {sel:<8} width={c.width:<25} engines={engines:<14} {c.where}")
     lines.append("mechanisms:       " + ", ".join(sorted(MECHANISMS)))
     for m in sorted(MECHANISMS.values(), key=lambda m: m.name):
@@ -188,6 +168,12 @@ def render() -> str:
     return "\n".join(lines)
 
 
+def engines_reaching(component: Component) -> tuple[str, ...]:
+    """The local engines (engine/registry.py) that can tap ``component``: an engine tracing through
+    nnsight reaches inside a module's forward; one that does not stops at module boundaries."""
+    return tuple(n for n in registry.LOCAL_ENGINES if component.hooks or registry.record(n).traced)
+
+
 def _families():
     """The model types with a verified layout (engine/families.py: standard library only, like this)."""
     from .engine.families import FAMILIES
@@ -199,7 +185,7 @@ def as_json() -> dict:
     return {
         "components": {
             c.name: {"kind": c.kind, "selector": c.selector, "layered": c.layered, "width": c.width,
-                     "engines": ["nnterp", "hooks"] if c.hooks else ["nnterp"], "where": c.where}
+                     "engines": list(engines_reaching(c)), "where": c.where}
             for c in COMPONENTS.values()
         },
         "mechanisms": {

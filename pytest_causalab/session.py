@@ -26,9 +26,9 @@ from causalab_mini import LOCAL_ENGINES, Point, Run, point_name, stem
 
 from . import devices
 
-# ndif: a weightless shell of each model, every point sent to NDIF (engine/ndif.py); its key from
-# NDIF_API_KEY in the environment, never from an option or an ini file.
-ENGINES = (*LOCAL_ENGINES, "ndif", "both")
+# Every engine (ndif: a weightless shell of each model, every point sent to NDIF, its key from
+# NDIF_API_KEY in the environment, never from an option or an ini file), and both local ones.
+ENGINES = (*causalab_mini.ENGINES, "both")
 UPDATES = ("failing", "all")
 BASELINE_MODES = ("rows", "aggregates")
 # What a CI variable may say and still mean "not CI" (case-insensitive, spaces ignored); anything
@@ -223,9 +223,9 @@ class Session:
         self._experiments: dict[tuple, dict] = {}  # (path, point, engine) -> the canonical experiment run
         self._tmp: Optional[Path] = None
         # The points this process is to run, per document (pytest_collection_modifyitems says),
-        # and what ran together ahead of its items: (path, engine) -> {point: Run or _Failed}.
+        # and the one walk of each model's points: model key -> Execution (None: each runs alone).
         self._selected: dict[Path, list] = {}
-        self._together: dict[tuple, dict] = {}
+        self._executions: dict[tuple, Any] = {}
         self._asked: dict[tuple, PendingPoint] = {}  # what pytest_causalab_modify_point made of each point
         self._served: set = set()  # (path, point, engine) whose results the cache gave
         self._device_map: Optional[str] = None  # resolved from settings.device_map when first needed
@@ -317,87 +317,41 @@ class Session:
         valid = next(p for p in doc.points if p.name == name)
         return pending.document == valid.document and pending.batch_size == self.settings.batch_size
 
-    def _run_together(self, doc: causalab_mini.Document, name: Optional[str], engine: str) -> Optional[Run]:
-        """The point's run, computed together with the other selected points on the same model that
-        have not run yet — of this document and of the model's other documents — so the forwards
-        they share run once; None when it runs alone: a hook changed it, it is the only one left,
-        this is an xdist worker that may not get the others, or running them together failed
-        (the document's own points are then tried together, and failing that each runs alone
-        and reports its own outcome)."""
-        done = self._together.setdefault((doc.path, engine), {})
-        if name not in done:
-            if not self._may_share():
-                return None
-            group = self._group(doc, engine)
-            if name not in group.get(doc.path, ()):
-                return None
-            mine = {doc.path: group[doc.path]}
-            for candidate in ([group, mine] if len(group) > 1 else [mine]):
-                if sum(map(len, candidate.values())) < 2:
-                    continue
-                runs = self._together_runs(candidate, engine)
-                if runs is not None:
-                    for path, ran in runs.items():
-                        self._together.setdefault((path, engine), {}).update(ran)
-                    break
-            else:
-                done.update((n, None) for n in group[doc.path])
-        return done.pop(name, None)
-
-    def _group(self, doc: causalab_mini.Document, engine: str) -> dict:
-        """{path: point names} of the selected points still to run on ``doc``'s model (its key: the
-        same checkpoint, revision, dtype and load), this document first; those a hook changed and
-        those the cache holds are left out (each runs alone)."""
+    def _execution(self, doc: causalab_mini.Document, engine: str):
+        """The one walk of every selected point on ``doc``'s model (its key: the same checkpoint,
+        revision, dtype and load) — of this document and the model's others — made when the
+        first of them is asked for, computing nothing until each is; None when the point runs
+        alone (on an xdist worker that may not get the others)."""
+        if not self._may_share():
+            return None
         key = self.model_key(doc, engine)
+        if key not in self._executions:
+            group = self._group(doc, engine, key)
+            try:
+                self._executions[key] = causalab_mini.Execution(
+                    self.engine(doc, engine), [(self.document(path), names) for path, names in group.items()],
+                    causalab_mini.RunOptions(batch_size=self.settings.batch_size, at_once=self.settings.at_once,
+                                             data=list(self.settings.data), cache=self.settings.cache),
+                    tolerant=True)
+            except Exception:  # noqa: BLE001 — what cannot start together runs (and fails) point by point
+                self._executions[key] = None
+        return self._executions[key]
+
+    def _group(self, doc: causalab_mini.Document, engine: str, key: tuple) -> dict:
+        """{path: point names} of the selected points on the model ``key`` names, this document
+        first; those a hook changed are left out (each runs alone)."""
         group: dict = {}
         for path in sorted(self._selected, key=lambda p: p != doc.path):
             try:
                 other = self.document(path)
                 if self.model_key(other, engine) != key:
                     continue
-                done = self._together.get((path, engine), {})
-                names = [n for n in self._selected[path] if n not in done
-                         and (path, point_name(path, n), engine) not in self._points
-                         and self._unchanged(other, n, engine)]
-                if names and self.settings.cache is not None:
-                    names = self._not_cached(other, names, engine)  # a cached point is served alone
+                names = [n for n in self._selected[path] if self._unchanged(other, n, engine)]
             except Exception:  # noqa: BLE001 — a document that cannot be read runs (and fails) alone
                 continue
             if names:
                 group[path] = names
         return group
-
-    def _together_runs(self, group: dict, engine: str) -> Optional[dict]:
-        """{path: {name: Run}} for ``group`` run in one walk (``causalab_mini.run_together``), each
-        stored in the cache when there is one; None if running them together failed."""
-        docs = [self.document(path) for path in group]
-        loaded = self.engine(docs[0], engine)
-        try:
-            runs = causalab_mini.run_together(
-                [(doc, group[doc.path]) for doc in docs], loaded=loaded, data=list(self.settings.data),
-                batch_size=self.settings.batch_size, at_once=self.settings.at_once,
-                out=lambda doc, n: self._out(doc.path, engine, point_name(doc.path, n)))
-        except Exception:  # noqa: BLE001 — the caller tries a smaller group, then each point alone
-            return None
-        if self.settings.cache is not None:
-            store = causalab_mini.cache.open_store(self.settings.cache, engine=engine)
-            for doc, ran in zip(docs, runs):
-                for n, run in ran.items():
-                    single = doc if n is None else doc.point(n)
-                    causalab_mini.cache.remember(store, single, loaded, run, data=list(self.settings.data))
-        return {doc.path: ran for doc, ran in zip(docs, runs)}
-
-    def _not_cached(self, doc, names: list, engine: str) -> list:
-        """The points among ``names`` the cache cannot serve (all of them if it cannot be read:
-        the point's own run then refuses with the reason)."""
-        try:
-            store = causalab_mini.cache.open_store(self.settings.cache, engine=engine)
-            subset = causalab_mini.Document(doc.raw, doc.path, tuple(p for p in doc.points if p.name in names))
-            held = causalab_mini.cache.hits(store, subset, self.engine(doc, engine), data=list(self.settings.data),
-                                            batch_size=self.settings.batch_size, at_once=self.settings.at_once)
-        except Exception:  # noqa: BLE001
-            return names
-        return [n for n in names if (doc.name if n is None else n) not in held]  # unswept: held by its name
 
     def served(self, path, name: Optional[str], engine: str) -> bool:
         """Whether the point's results came from the cache (nothing computed) in this session."""
@@ -420,13 +374,16 @@ class Session:
             single = causalab_mini.read(pending.document, path=doc.path)
         else:
             single = doc.point(name) if name is not None else doc
-        ran = self._run_together(doc, name, engine)
-        if ran is None:
+        execution = self._execution(doc, engine) if pending.document == valid.document else None
+        slot = execution.key_of(doc.path, name) if execution is not None else None
+        if slot is not None:
+            ran = causalab_mini.point_run(execution, slot, self._out(doc.path, engine, shown))
+        else:
             ran = causalab_mini.run(single, loaded=loaded, data=list(self.settings.data),
                                     out=self._out(doc.path, engine, shown), batch_size=pending.batch_size,
                                     cache=self.settings.cache, at_once=self.settings.at_once)
-            if causalab_mini.cache.served(ran):
-                self._served.add((doc.path, shown, engine))
+        if causalab_mini.cache.served(ran):
+            self._served.add((doc.path, shown, engine))
         # What produced_by digests (the point's document without its header, defaults written out):
         # a baseline stores it so a changed experiment can say which fields changed.
         self._experiments[(doc.path, shown, engine)] = single.points[0].spec.canonical()

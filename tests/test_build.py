@@ -702,17 +702,17 @@ def test_compiling_needs_no_torch_at_all(weights_document):
 
 def test_compiling_with_torch_loads_no_weights(weights_document):
     """With torch importable, no loader runs, no module is built, and a weights file is opened only to hash it
-    (engine/loading.weights_digest) or to read its JSON header (plan/featurizer_files.header)."""
+    (engine/loading.revision_digest) or to read its JSON header (plan/featurizer_files.header)."""
     result = _guarded_run("guarded", weights_document)
     assert result["rc"] == 0 and "fit: Fit  3 epochs x 4 updates" in result["cli"]
     assert "nnsight" not in result["loaded"] and "nnterp" not in result["loaded"]
     openers = [(Path(o["path"]).name, o["mode"], o["by"]) for o in result["opened"]]
     assert openers, "the audit hook saw nothing: the revision digest should have opened the weights"
-    by = {"loading.py:weights_digest", "featurizer_files.py:header"}
+    by = {"loading.py:revision_digest", "featurizer_files.py:header"}
     for name, mode, stack in openers:
         assert set(mode) <= set("rb"), (name, mode)  # read, never written
         assert by & set(stack), (name, stack[:6])
-    assert {n for n, _, s in openers if "loading.py:weights_digest" in s} == {"model.safetensors"}
+    assert {n for n, _, s in openers if "loading.py:revision_digest" in s} == {"model.safetensors"}
     assert {n for n, _, s in openers if "featurizer_files.py:header" in s} == {"pca.safetensors"}
 
 

@@ -23,7 +23,7 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("nnterp")
 
 from causalab_mini import documents, runner  # noqa: E402
-from causalab_mini.engine.loading import weights_digest  # noqa: E402
+from causalab_mini.engine.loading import revision_digest  # noqa: E402
 from causalab_mini.ops import locate  # noqa: E402
 from causalab_mini.plan.write import write  # noqa: E402
 from causalab_mini.shapes import Anchor, Where  # noqa: E402
@@ -160,7 +160,7 @@ def doc(name: str) -> dict:
 
 
 def model_block(family: str) -> dict:
-    return {"key": family, "revision": weights_digest(MODELS / family), "dtype": "fp32"}
+    return {"key": family, "revision": revision_digest(MODELS / family), "dtype": "fp32"}
 
 
 def plain_probe(family: str) -> dict:

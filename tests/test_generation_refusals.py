@@ -24,9 +24,11 @@ def doc(name: str) -> dict:
     return documents.read(V2 / f"{name}.causalab.json")
 
 
-def variant(tmp_path: Path, name: str, edit) -> Path:
+def variant(tmp_path: Path, name: str, edit, *, pin: str = None) -> Path:
     raw = copy.deepcopy(doc("generate_probe"))
     edit(raw["interventions"]["generate"])
+    if pin is not None:  # a checkpoint of the test's own: its revision
+        raw["model"]["revision"] = pin
     path = tmp_path / f"{name}.causalab.json"
     path.write_text(json.dumps(raw))
     return path
@@ -101,7 +103,10 @@ def _long_context_models(tmp_path: Path) -> Path:
 
 
 def test_a_stacked_read_over_the_buffer_bound_is_refused(tmp_path, capsys):
+    from causalab_mini.engine.loading import revision_digest
+
     models = _long_context_models(tmp_path)
+    pin = revision_digest(models / "tiny-llama")  # its config is edited, and the revision covers it
     rows, width, bound = 4, json.loads((MODELS / "tiny-llama" / "config.json").read_text())["vocab_size"], 256 * 2**20
     decode = bound // (rows * width * 4) + 1  # the least decode over the bound
     below = decode - 1
@@ -112,7 +117,7 @@ def test_a_stacked_read_over_the_buffer_bound_is_refused(tmp_path, capsys):
             iv["decode"] = n
         return edit
 
-    over = variant(tmp_path, "over", stacked(decode))
+    over = variant(tmp_path, "over", stacked(decode), pin=pin)
     assert cli.main(["validate", str(over)]) == 0  # a bound of the model's width: not a document error
     capsys.readouterr()
     assert cli.main(["explain", str(over), "--models", str(models), "--data", str(DATA)]) == 2
@@ -121,7 +126,7 @@ def test_a_stacked_read_over_the_buffer_bound_is_refused(tmp_path, capsys):
     assert err.startswith("error: CompileError: interventions.generate.reads.logits.pos: ")
     assert f"{rows} rows x {decode} steps x {width} wide is {mib:.0f} MiB, over the 256 MiB bound" in err, err
     # One step fewer fits: the bound is the number, not a rough size.
-    plan = documents.compile_plan(documents.read(variant(tmp_path, "under", stacked(below))),
+    plan = documents.compile_plan(documents.read(variant(tmp_path, "under", stacked(below), pin=pin)),
                                   document=V2 / "x.causalab.json", models=[models], data=[DATA])
     assert {f.decode for f in plan.steps["score"].forwards} == {below}
     with pytest.raises(CompileError, match="MiB"):

@@ -106,10 +106,16 @@ def _checkpoint_with(template: str, tmp_path, where: str):
 @pytest.mark.parametrize("where", ["chat_template.jinja", "tokenizer_config.json"])
 @pytest.mark.parametrize("case", list(TEMPLATES))
 def test_a_chat_template_that_fails_to_render_is_refused_naming_it(tmp_path, capsys, case, where):
+    from causalab_mini.engine.loading import revision_digest
+
     template, words = TEMPLATES[case]
     models, source = _checkpoint_with(template, tmp_path, where)
+    document = json.loads(CHAT_TURN.read_text())
+    document["model"]["revision"] = revision_digest(models / "tiny-llama")  # the revision covers the template
+    path = tmp_path / CHAT_TURN.name
+    path.write_text(json.dumps(document))
     with pytest.raises(cm.CompileError) as err:
-        cm.compile(cm.read(CHAT_TURN), engine="hooks", models=[models])
+        cm.compile(cm.read(path), engine="hooks", models=[models], data=[DATA])
     assert str(err.value) == f"roles.base.field: the checkpoint's chat template ({source}) fails on row 0: {words}"
-    assert cli.main(["explain", str(CHAT_TURN), "--models", str(models)]) == 2
+    assert cli.main(["explain", str(path), "--models", str(models), "--data", str(DATA)]) == 2
     assert capsys.readouterr().err == f"error: CompileError: {err.value}\n"

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..files import TMP_SUFFIX, write_atomic
+from ..formats import TENSORS, find, format_of
 from ..reading import NotRegular, TooLarge, read_bytes
 from ..results import Result, Scored
 from .key import FORMAT, CacheError
@@ -51,9 +52,8 @@ class Entry:
 
     def tensors(self) -> dict[str, dict[str, Any]]:
         """The saved tensors by file path, as ``open`` reads them back: ``{file: {name: tensor}}``."""
-        from safetensors.torch import load
-
-        return {rel: dict(load(data)) for rel, data in self.files.items() if not rel.endswith(".json")}
+        return {rel: format_of(rel).load(data) for rel, data in self.files.items()
+                if format_of(rel).holds == TENSORS}
 
 
 class Store:
@@ -119,6 +119,8 @@ class Store:
                 raise ValueError("a file's path is not a string")
             if f["path"] in files:  # put writes each once: a second would silently replace the first
                 raise ValueError(f"{f['path']} is listed twice")
+            if find(f["path"]) is None:  # put stores a point's saves only, each in a format it knows
+                raise ValueError(f"{f['path']} is not a save's file")
             files[f["path"]] = self._blob(f)
         for s in scored:  # a metric saved as a file: its rows are that file's, byte for byte
             if s.file is not None and s.file not in files:

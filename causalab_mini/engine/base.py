@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Optional
 
 
 class Engine:
-    name: ClassVar[str]  # "nnterp" or "hooks": whose compile-time refusals apply
+    name: ClassVar[str]  # its name in engine/registry.py: whose compile-time refusals apply
     model: Any  # the loaded model (a StandardizedTransformer, or an AutoModelForCausalLM)
 
     @classmethod
@@ -23,9 +23,12 @@ class Engine:
         where the engine can; off by default, since it is slower and rounds differently."""
         ...
 
-    def execute(self, plan, *, remote=False, batch_size=None, at_once=1):
+    def execute(self, plan, *, remote=False, batch_size=None, at_once=1, state=None):
         """Walk ``plan`` (steps.run) and return it with every step's ``results`` filled;
-        ``at_once`` points' forwards stacked into one call where they can be (engine/at_once.py)."""
+        ``at_once`` points' forwards stacked into one call where they can be (engine/at_once.py).
+        ``state``: a walk's ``steps.State`` carried from an earlier call, so a plan's points can
+        run a few at a time and still borrow the shared forwards the first call ran (an engine
+        whose walk cannot carry it says ``incremental = False``)."""
         ...
 
     def forward(self, forward, values: dict, featurizers: dict) -> None:

@@ -14,9 +14,9 @@ from ..errors import CompileError
 from ..plan.plan import Address
 from ..vocab import BEFORE_LAYERS, COMPONENTS
 from .families import FAMILIES, UNKNOWN, Layout, OutputTransform, layout_for
+from .registry import traced_names
 
-ENGINES = ("nnterp", "hooks")
-TRACED = ("nnterp", "ndif")  # the engines that trace through nnsight: nnterp's reach and refusals
+TRACED = traced_names()  # the engines that trace through nnsight: nnterp's reach and refusals
 # Found through transformers' own published accessors (get_input_embeddings, get_output_embeddings,
 # the output's .logits), so they need no family layout.
 PUBLISHED = frozenset({"embeddings", "lm_head", "logits"})

@@ -150,7 +150,7 @@ class HooksEngine(AnswersFromFacts, Engine):
 
     # --- run time -----------------------------------------------------------------------------
 
-    def execute(self, plan, *, remote=False, batch_size=None, at_once=1):
+    def execute(self, plan, *, remote=False, batch_size=None, at_once=1, state=None):
         """Walk ``plan`` here, in this process; ``remote`` in any form is refused."""
         if remote:
             raise EngineError(
@@ -161,7 +161,7 @@ class HooksEngine(AnswersFromFacts, Engine):
             raise EngineError("model", "the hooks engine holds a model with no weights (a meta shell), "
                               "which has nowhere to run", "load it with its weights")
         plan.provenance.update(provenance.record(self, False, batch_size, at_once))
-        steps.run(self, plan, batch_size=batch_size, at_once=at_once)
+        steps.run(self, plan, batch_size=batch_size, at_once=at_once, state=state)
         return plan
 
     def forward(self, forward, values: dict, featurizers: dict) -> None:

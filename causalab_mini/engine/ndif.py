@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from ..errors import EngineError
 from .nnterp import NNterpEngine
 
 
@@ -38,8 +39,14 @@ class NDIFEngine(NNterpEngine):
     # (``shell.server = stand_in(doc)``; a pytest conftest can set it in pytest_causalab_model_loaded).
     server = True
 
-    def execute(self, plan, *, remote=None, batch_size=None, at_once=1):
+    # The walk's state lives on the server for one request: a plan's points go in one request.
+    incremental = False
+
+    def execute(self, plan, *, remote=None, batch_size=None, at_once=1, state=None):
         """The walk as one session, sent to ``remote`` — NDIF (True) or a backend standing in for it —
         or, by default, to ``self.server``."""
+        if state is not None:
+            raise EngineError("state", "a remote walk cannot carry a state from an earlier request",
+                              "run the plan's points in one execute")
         return super().execute(plan, remote=self.server if remote is None else remote, batch_size=batch_size,
                                at_once=at_once)

@@ -251,7 +251,7 @@ class NNterpEngine(AnswersFromFacts):
         return address
 
     # --- run ----------------------------------------------------------------------
-    def execute(self, plan, *, remote=False, batch_size=None, at_once=1):
+    def execute(self, plan, *, remote=False, batch_size=None, at_once=1, state=None):
         """One session around the whole walk; ``remote="local"`` is nnsight's simulated round trip."""
         import nnsight
 
@@ -264,7 +264,7 @@ class NNterpEngine(AnswersFromFacts):
         # locals are the caller's own objects. Remotely both resolve by import on the server.
         walk, results_of, save = steps.run, plan_module.results_of, nnsight.save
         with _plain_errors(), model.session(**options):
-            walk(engine, plan, batch_size=batch_size, at_once=at_once)
+            walk(engine, plan, batch_size=batch_size, at_once=at_once, state=state)
             # What comes home is plain — strings and tensors by step path. Saved after the
             # walk: each trace inside it clears nnsight 0.7.0's saved set on exit.
             home = results_of(plan)

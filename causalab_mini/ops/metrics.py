@@ -1,8 +1,10 @@
 """Scoring: one position of logits per row, one vocabulary id per row per column, one number per row.
 
-Which columns a kind takes, and in which order, is ``vocab.COLUMNS`` — read here
-as well as by the document validator, so the two cannot disagree about which
-data column is ``a`` and which is ``b``.
+What each kind computes, and which columns it takes in which order, is its record
+in the metric registry (``metric_kinds.METRICS``, the same table as ``vocab.METRICS``)
+— read here as well as by the document validator, so the two cannot disagree about
+which data column is ``a`` and which is ``b``. This module checks the inputs every
+kind shares and calls the kind's ``compute``; it knows no kind by name.
 """
 from __future__ import annotations
 
@@ -11,8 +13,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .. import vocab
 from ..errors import EngineError
+from ..metric_kinds import METRICS
 from .intervene import exact
 
 # What to do about a refusal the compiler makes first, so that a document should not reach it.
@@ -31,20 +33,16 @@ def squeeze_positions(value: Tensor, ragged: bool, *, path: str = "") -> Tensor:
     return value[:, 0, :]
 
 
-def _pick(values: Tensor, ids: Tensor) -> Tensor:
-    return values.gather(-1, ids[:, None]).squeeze(-1)
-
-
 def score(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, path: str = "") -> Tensor:
     """One float32 value per row of ``logits`` ``(n, vocab)``; ``token_ids`` one ``(n,)`` id tensor per column.
 
-    match: 1.0 where argmax == expected else 0.0; logit_diff: logit[a] − logit[b];
-    cross_entropy: −log_softmax[target]; token_logit: logit[token];
-    token_prob: softmax[token]. Differentiable for every kind but match.
+    The kind's ``compute`` (see metric_kinds.py for each definition) gets the logits
+    in float32 and the ids as long tensors on the logits' device, autocast off.
     """
-    if kind not in vocab.COLUMNS:
-        raise EngineError(path, f"unknown metric kind {kind!r}; one of {', '.join(sorted(vocab.COLUMNS))}", _SEE_PLAN)
-    columns = vocab.COLUMNS[kind]
+    record = METRICS.get(kind)
+    if record is None:
+        raise EngineError(path, f"unknown metric kind {kind!r}; one of {', '.join(sorted(METRICS))}", _SEE_PLAN)
+    columns = record.columns
     if len(token_ids) != len(columns):
         raise EngineError(path, f"{kind} takes {len(columns)} id column{'s' if len(columns) > 1 else ''} "
                                 f"({', '.join(columns)}), got {len(token_ids)}", _SEE_PLAN)
@@ -65,15 +63,11 @@ def score(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, path: str =
         ids.append(t.to(device=logits.device, dtype=torch.long))
 
     with exact():
-        lg = logits.to(torch.float32)
-        if kind == "match":
-            return (lg.argmax(dim=-1) == ids[0]).to(torch.float32)
-        if kind == "logit_diff":
-            return _pick(lg, ids[0]) - _pick(lg, ids[1])
-        if kind == "cross_entropy":
-            return -_pick(torch.log_softmax(lg, dim=-1), ids[0])
-        if kind == "token_logit":
-            return _pick(lg, ids[0])
-        if kind == "token_prob":
-            return _pick(torch.softmax(lg, dim=-1), ids[0])
-    raise AssertionError(f"metric kind {kind!r} is in vocab.COLUMNS but has no scorer")  # pragma: no cover
+        values = record.compute(logits.to(torch.float32), *ids)
+    # A registered kind's compute is outside this module's control: hold it to the contract
+    # the callers rely on (one float32 per row), so a wrong one fails here and not in a mean.
+    if not isinstance(values, Tensor) or tuple(values.shape) != (n,) or values.dtype != torch.float32:
+        got = (f"{values.dtype} {tuple(values.shape)}" if isinstance(values, Tensor) else type(values).__name__)
+        raise EngineError(path, f"{kind}: its compute returned {got}, not one float32 value per row ({n},)",
+                          f"fix the compute registered for {kind!r} (metric_kinds.register_metric)")
+    return values

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from .. import data as data_mod
 from .. import reading
+from ..formats import TENSORS, format_of
 from ..errors import CompileError, MissingArtifact
 from ..ops import locate
 from ..vocab import FEATURIZERS, METRICS
@@ -217,7 +218,7 @@ class _PointCompiler:
         for s in getattr(step, "saves", ()):
             out = next((o for o in outputs if o.name == s.value), None)
             header = ()
-            if out is not None and not s.file_path.endswith(".json"):
+            if out is not None and format_of(s.file_path).holds == TENSORS:
                 read = iv.reads[out.read]
                 address = self.addresses[read.site]
                 d = self.spaces[read.featurizer] if read.featurizer else address.width

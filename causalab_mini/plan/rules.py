@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from .. import names
+from .. import formats, names
 from ..errors import DocumentError
 from ..suggest import suggest_fix
 from ..vocab import COMPONENTS, FEATURIZERS, METRICS, TRAINABLE_KINDS, VOCAB_WIDE
@@ -228,9 +228,7 @@ def _check_steps(spec: "Spec") -> None:
                 _known(f"{sp}.names.{i}", "featurizer", n, spec.featurizers)
             for i, save in enumerate(step.saves):
                 _known(f"{sp}.saves.{i}.value", "weights name", save.value, step.names)
-                if not save.file_path.endswith(".safetensors"):
-                    raise DocumentError(f"{sp}.saves.{i}.file_path", "fitted parameters save as "
-                                        "safetensors", "end the file name in .safetensors")
+                formats.check_fits(f"{sp}.saves.{i}.file_path", save.file_path, formats.BUNDLE, save.value)
             continue
         _known(f"{sp}.interventions", "intervention", step.interventions, spec.interventions)
         iv = spec.interventions[step.interventions]
@@ -265,9 +263,7 @@ def _check_saves(sp: str, step, iv) -> None:
     for i, save in enumerate(step.saves):
         path = f"{sp}.saves.{i}"
         if save.value in iv.metrics:
-            if not save.file_path.endswith(".json"):
-                raise DocumentError(f"{path}.file_path", f"metric {save.value!r} saves as a JSON "
-                                    "table", "end the file name in .json")
+            formats.check_fits(f"{path}.file_path", save.file_path, formats.METRIC, save.value)
             read = iv.reads[iv.metrics[save.value].of]
             for key in ("model", "input"):
                 given = getattr(save, key)
@@ -279,9 +275,7 @@ def _check_saves(sp: str, step, iv) -> None:
                 # protocol always does) and omitting it are the same experiment.
                 object.__setattr__(save, key, getattr(read, key))
         elif save.value in outputs or save.value in generated:
-            if not save.file_path.endswith(".safetensors"):
-                raise DocumentError(f"{path}.file_path", f"{save.value!r} is a tensor",
-                                    "end the file name in .safetensors")
+            formats.check_fits(f"{path}.file_path", save.file_path, formats.TENSOR, save.value)
         else:
             choices = sorted([*iv.metrics, *outputs, *generated])
             raise DocumentError(f"{path}.value", f"{save.value!r} is not a metric or output of "

@@ -19,7 +19,7 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
                       StrictInt, ValidationError, ValidationInfo, WithJsonSchema, field_validator,
                       model_validator)
 
-from .. import names
+from .. import formats, names
 from ..jsontext import array_as_tuple
 from ..errors import CausalabError, DocumentError
 from .document_errors import document_error
@@ -402,8 +402,10 @@ class Save(_Strict):
             raise ValueError(f"{path[:80]!r} {wrong}; a save is a relative path inside the run's directory")
         if path in RESERVED:
             raise ValueError(f"{path!r} is the run's own record, written beside every run; save under another name")
-        if not path.endswith((".json", ".safetensors")):
-            raise ValueError(f"{path!r}: a metric saves as .json, a tensor as .safetensors")
+        try:
+            formats.format_of(path)
+        except formats.UnknownFormat as refused:
+            raise ValueError(f"{path!r}: {refused.problem}") from None
         return path
 
 

@@ -32,25 +32,17 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable, Iterator
 
 from ..errors import EngineError, PlanError, WriteError
 from ..files import TMP_SUFFIX, tmp_prefix, write_atomic
+# json_bytes is the text of every file a run writes; callers still find it here (writer.json_bytes).
+from ..formats import ROWS, TENSORS, format_of, json_bytes
 from .plan import Fit, Observe, Plan, SaveSpec, Weights
 
 RUN = "run.json"  # the commit record: its presence, without the mark, makes the folder a result
 INCOMPLETE = ".causalab-incomplete"  # the mark of a folder being written: JSON {"files": [...]}
 STAGING = ".causalab-staging"  # where a run's files are written whole before they move into place
-
-
-def json_bytes(value: Any) -> bytes:
-    # NaN and Infinity are not JSON; a metric that produced one is a bug to see, not a file to write.
-    try:
-        text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
-    except ValueError:
-        raise PlanError("results", "a value to be written is NaN or infinite",
-                        "check the metric's inputs (a probability of 0 under a log, say)") from None
-    return (text + "\n").encode("utf-8")
 
 
 def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
@@ -88,35 +80,14 @@ def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
     return rows
 
 
-def safetensors_bytes(tensors: dict, header=()) -> bytes:
-    """A safetensors file's bytes, the same on every run: ``header`` as its ``__metadata__``.
-
-    safetensors serializes its metadata from a hash map, so the same tensors and
-    header come out in a different byte order on every run. The header JSON is
-    rewritten here with sorted keys (and padded to 8 bytes, as the format wants);
-    tensor offsets are relative to the data section, which is untouched.
-    """
-    from safetensors.torch import save
-
-    raw = save({k: v.detach().cpu().contiguous() for k, v in tensors.items()})
-    n = int.from_bytes(raw[:8], "little")
-    meta = json.loads(raw[8:8 + n])
-    meta.pop("__metadata__", None)
-    if header:
-        meta["__metadata__"] = {str(k): str(v) for k, v in header}
-    text = json.dumps(meta, sort_keys=True, separators=(",", ":")).encode("utf-8")
-    text += b" " * (-len(text) % 8)
-    return len(text).to_bytes(8, "little") + text + raw[8 + n:]
-
-
 def saved_tensors(step) -> dict[str, dict]:
-    """A step's tensor saves (every save not ending ``.json``), by file path: ``{tensor name: tensor}``
+    """A step's tensor saves (every save whose format holds tensors), by file path: ``{tensor name: tensor}``
     — one tensor for an output or generated ids, a bundle's tensors for a weights save."""
     source = step.evaluation if isinstance(step, Fit) else step
     results = source.results if source is not None else {}
     out = {}
     for save in step.saves:
-        if save.file_path.endswith(".json") or save.value not in results:
+        if format_of(save.file_path).holds != TENSORS or save.value not in results:
             continue
         out[save.file_path] = _named_tensors(results[save.value], save)
     return out
@@ -133,9 +104,10 @@ def _save_bytes(step, save: SaveSpec, produced_by: str) -> bytes:
     if save.value not in results:
         raise PlanError(save.file_path, f"nothing called {save.value!r} was produced by this run",
                         "save a metric, an output or a generated value of this step")
-    if save.file_path.endswith(".json"):
-        return json_bytes(metric_rows(source, save.value, produced_by))
-    return safetensors_bytes(_named_tensors(results[save.value], save), save.header)
+    form = format_of(save.file_path)
+    if form.holds == ROWS:
+        return form.write(metric_rows(source, save.value, produced_by), save.header)
+    return form.write(_named_tensors(results[save.value], save), save.header)
 
 
 def layout(plan: Plan) -> Iterator[tuple[str, Callable[[], bytes]]]:

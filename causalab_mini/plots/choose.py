@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..errors import PlanError
+from ..formats import TENSORS, format_of
 
 KINDS = ("heatmap", "line", "bars", "gate", "fit", "attention")
 
@@ -47,7 +48,7 @@ def tensor_saves(spec) -> dict[str, tuple[str, Any]]:
     for step in spec.steps.values():
         outputs = getattr(step, "outputs", {})
         for save in step.saves:
-            if save.file_path.endswith(".json"):
+            if format_of(save.file_path).holds != TENSORS:
                 continue
             what: tuple[str, Any] = ("other", None)
             if save.value in outputs and step.kind == "observe":

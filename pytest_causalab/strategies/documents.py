@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
 from causalab_mini import vocab
-from causalab_mini import revision_digest  # stdlib only: no torch at import
+from causalab_mini import LOCAL_ENGINES, revision_digest  # stdlib only: no torch at import
 
 from .positions import _spelled, position_json, positions
 from .tensors import _number, mechanisms
@@ -239,7 +239,7 @@ def _document(draw, model: str, data: str, models, data_roots, sweeps: bool, sco
     components = sorted(
         name for name, c in vocab.COMPONENTS.items()
         if name not in vocab.VOCAB_WIDE and name != "attention_probs"
-        and (engine != "hooks" or c.hooks))
+        and (engine is None or engine in vocab.engines_reaching(c)))
     component = draw(st.sampled_from(components))
     comp = vocab.COMPONENTS[component]
     site: dict = {"component": component}
@@ -367,17 +367,17 @@ def documents(model: str = "tiny-llama", *, data: str = "weekdays/train", sweeps
 
     Bounds come from ``documents/models/<model>/config.json`` (the model search
     path: ``models``, ``CAUSALAB_MODELS``, the repository's ``documents/models``),
-    read as JSON; the revision is the weights' ``sha256:`` digest. Fixed positions
+    read as JSON; the revision is the checkpoint's ``sha256:`` digest. Fixed positions
     fit every prompt of ``data`` on the model's tokenizer (``prompt_lengths``); with ``scopes`` a position may instead be
     ``{"index": 0 | -1, "scope": {"variable": "entity"}}`` (any cut of it when the
     operand is a number). ``sweeps`` sometimes sweeps the layer, or the position
-    of the read and the write together (``"as": "pos"``). ``engine="hooks"``
-    keeps to components a forward hook reaches. Every drawn document passes
-    ``causalab_mini.documents.points``, and the files it reads are read once per
-    process.
+    of the read and the write together (``"as": "pos"``). ``engine`` (a local
+    engine) keeps to the components it reaches (``vocab.engines_reaching``). Every
+    drawn document passes ``causalab_mini.documents.points``, and the files it reads
+    are read once per process.
     """
-    if engine not in (None, "nnterp", "hooks"):
-        raise InvalidArgument(f"engine={engine!r} is None, 'nnterp' or 'hooks'")
+    if engine is not None and engine not in LOCAL_ENGINES:
+        raise InvalidArgument(f"engine={engine!r} is None or a local engine: {', '.join(LOCAL_ENGINES)}")
     if not isinstance(data, str) or data.count("/") != 1:
         raise InvalidArgument(f"data={data!r} is a dataset reference \"name/split\"")
     return _document(model, data, models, data_roots, sweeps, scopes, engine, header)

@@ -1,0 +1,256 @@
+"""One run path: the selected points of one or more documents on one loaded model, computed
+when asked for, each once.
+
+Every way of running — ``cm.run`` (a document, one folder), ``cm.run_points`` and
+``cm.run_together`` (points handed back as their own runs), the result cache, the CLI and the
+pytest plugin — builds an ``Execution`` and asks it for points; ``assemble.py`` turns what it
+gives into ``Run`` objects and files. What an Execution does, in order:
+
+1. compiles each document once, unshared, against the loaded model (every refusal that needs
+   the model or the data, before any forward);
+2. with a cache, keys every point on that compile and takes the points the cache holds from it;
+3. shares the forwards the remaining points run identically (``plan/share.py``), across
+   documents too, and cuts the points into the groups the walk stacks (``at_once``);
+4. computes nothing until asked. ``compute(keys)`` runs the groups holding those points — the
+   shared forwards once, with the first group that borrows them, freed after the last — and
+   ``compute()`` everything left in one walk. A P-point sweep calls the model P + 1 times
+   however the points are asked for, and a pytest item that asks for its own point pays for
+   its own point.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from ..errors import PlanError
+from ..plan.plan import Plan
+from ..plan.share import SHARED
+from ..timing import Clock
+from .options import RunOptions
+
+
+@dataclass
+class Slot:
+    """One selected point: its document, its place in the walk and what it became."""
+
+    index: int  # its document's place in the selection
+    doc: object  # api.Document
+    valid: object  # documents.ValidPoint
+    key: str  # its step in the walk's root plan (its name with one document; "i:name" with several)
+    compiled: Optional[Plan] = None  # the point compiled alone-equivalent and unshared, unrun
+    entry: object = None  # cache.store.Entry, when the cache served it
+    error: Optional[BaseException] = None  # why it cannot run (its document's compile, its group's walk)
+    ran: bool = False  # its group has walked
+
+    @property
+    def name(self) -> Optional[str]:
+        return self.valid.name
+
+
+class Execution:
+    """See the module's docstring. ``tolerant``: a document that fails to compile fails only its
+    own points (raised when each is asked for) instead of the whole call — the pytest plugin's
+    choice, where every point is an item that reports its own outcome."""
+
+    def __init__(self, loaded, selections, options: RunOptions = RunOptions(), *, clock: Optional[Clock] = None,
+                 tolerant: bool = False):
+        options.check()
+        self.loaded, self.options, self.engine = loaded, options, loaded.name
+        self.clock = clock or Clock()
+        self.docs = list(selections)  # (api.Document, names or None): read by the caller
+        self.slots: dict[str, Slot] = {}
+        one = len(self.docs) == 1
+        for i, (doc, names) in enumerate(self.docs):
+            for valid in chosen(doc, names):
+                key = (valid.name or "") if one else f"{i}:{valid.name or ''}"
+                self.slots[key] = Slot(i, doc, valid, key)
+        # One unswept document runs as its own root, as it always has; otherwise every point is a
+        # step of one root, whichever documents they come from.
+        self.flat = one and len(self.slots) == 1 and next(iter(self.slots.values())).name is None
+        self.state = None  # the walk's steps.State, once a group has run
+        self.provenance: Optional[dict] = None  # what the first walk recorded
+        self._lent = False  # the shared forwards have run (their reads live in self.state)
+        self._walked: Optional[Plan] = None  # the root as one walk ran it whole, for Run.plan
+        self._compile(tolerant)
+        self.store = self._serve()
+        self.root = self._root()
+        self.groups = self._groups()
+
+    def key_of(self, path, name: Optional[str]) -> Optional[str]:
+        """The key of the point ``name`` of the document at ``path``, or None: not selected here."""
+        for key, s in self.slots.items():
+            if s.doc.path == path and s.name == name:
+                return key
+        return None
+
+    # --- 1. compile ------------------------------------------------------------------------
+
+    def _compile(self, tolerant: bool) -> None:
+        from .. import documents
+
+        for i, (doc, _) in enumerate(self.docs):
+            mine = [s for s in self.slots.values() if s.index == i]
+            try:
+                with self.clock.measure("compile"):
+                    plan = documents.compile_plan(doc.raw, document=doc.path, data=self.options.data,
+                                                  facts=self.loaded, valid=[s.valid for s in mine], share=False)
+            except Exception as err:  # noqa: BLE001 — raised at once, or to each of its points' askers
+                if not tolerant:
+                    raise
+                for s in mine:
+                    s.error = err
+                continue
+            for s in mine:
+                s.compiled = plan if s.name is None else plan.steps[s.name]
+
+    # --- 2. serve --------------------------------------------------------------------------
+
+    def _serve(self):
+        """The cache store, with every point it holds taken from it (``Slot.entry``)."""
+        if self.options.cache is None:
+            return None
+        from ..cache import key as keying
+        from ..cache.serve import lookup, open_store
+
+        store = open_store(self.options.cache, engine=self.engine)
+        model, record = keying.model_parts(self.loaded), self.record()
+        for s in self.live():
+            s.entry = lookup(store, s.compiled, model, record)
+        return store
+
+    # --- 3. share and group ----------------------------------------------------------------
+
+    def live(self) -> list[Slot]:
+        """The points that compiled, in the selection's order."""
+        return [s for s in self.slots.values() if s.error is None]
+
+    def _root(self) -> Optional[Plan]:
+        from ..plan.keep import keep_reads
+        from ..plan.share import share
+
+        todo = [s for s in self.live() if s.entry is None]
+        if not todo:
+            return None
+        if self.flat:
+            root = todo[0].compiled
+        else:
+            root = Plan(name="<root>", steps={s.key: s.compiled for s in todo}, document=self._document(),
+                        produced_by=None)
+            if self.options.share:
+                root = share(root)
+        return keep_reads(root, self.options.reads)
+
+    def _document(self):
+        # One swept document's root is that document (its document.json); several documents have none.
+        return self.docs[0][0].raw if len(self.docs) == 1 else None
+
+    def _groups(self) -> list[list[str]]:
+        """The walk's groups of points, in order: what one model call stacks (``at_once``), or
+        every point in one group where the engine's walk cannot be carried between calls."""
+        from ..engine import at_once as at_once_mod
+
+        if self.root is None:
+            return []
+        if self.flat:
+            return [[next(iter(self.slots))]]
+        points = [(k, p) for k, p in self.root.steps.items() if isinstance(p, Plan)]
+        if not getattr(self.loaded, "incremental", True):
+            return [[k for k, _ in points]]
+        if self.options.at_once > 1:
+            return [[k for k, _, _ in g] for g in at_once_mod.groups(points, self.options.at_once,
+                                                                       self.options.batch_size)]
+        return [[k] for k, _ in points]
+
+    # --- 4. compute ------------------------------------------------------------------------
+
+    def executed(self, key: str) -> Plan:
+        """The point's plan as the walk ran it (results filled), computing its group if needed;
+        refuses as its compile or its walk did."""
+        self.compute([key])
+        slot = self.slots[key]
+        if slot.error is not None:
+            raise slot.error
+        return self.root if self.flat else self.root.steps[key]
+
+    def compute(self, keys=None) -> None:
+        """Run the groups holding ``keys`` (None: every point left, in one walk)."""
+        pending = [g for g in self.groups if not all(self._done(k) for k in g)]
+        if keys is not None:
+            wanted = set(keys)
+            for key in wanted:
+                slot = self.slots[key]
+                if slot.error is not None and slot.compiled is None:
+                    raise slot.error
+            pending = [g for g in pending if wanted & set(g)]
+            for group in pending:
+                self._walk(group)
+        elif pending:
+            self._walk([k for g in pending for k in g])
+
+    def _done(self, key: str) -> bool:
+        slot = self.slots[key]
+        return slot.error is not None or slot.ran
+
+    def _walk(self, members: list[str]) -> None:
+        from ..engine.steps import State
+
+        if self.flat or len(members) == sum(isinstance(p, Plan) for p in self.root.steps.values()):
+            plan, whole = self.root, True
+        else:
+            steps = {SHARED: self.root.steps[SHARED]} if SHARED in self.root.steps and not self._lent else {}
+            steps.update((k, self.root.steps[k]) for k in members)
+            plan, whole = replace(self.root, steps=steps, provenance={}), False
+        # A walk of the whole root starts afresh, as a run always has (its progress counts every row);
+        # a group's walk carries the state the earlier groups left (the shared reads still lent).
+        state = None if whole else (self.state if self.state is not None else State())
+        try:
+            with self.clock.walk({k: k for k in members if not self.flat}):
+                walked = self.loaded.execute(plan, batch_size=self.options.batch_size,
+                                             at_once=self.options.at_once, state=state)
+        except Exception as err:  # noqa: BLE001 — each point of the group reports it
+            for k in members:
+                self.slots[k].error = err
+            raise
+        self.state = state
+        self._lent = self._lent or SHARED in plan.steps
+        if self.provenance is None:
+            self.provenance = dict(walked.provenance)
+        if whole:
+            self._walked = walked
+        for k in members:
+            self.slots[k].ran = True
+            self._remember(self.slots[k])
+
+    @property
+    def walked(self) -> Optional[Plan]:
+        """The root as one walk ran it, when one walk ran it all (a document run's ``Run.plan``)."""
+        return self._walked
+
+    def record(self) -> dict:
+        """What the walk records (engine, versions, dtype served, the model): the record of the
+        first group that ran, or, with every point served, what a walk would record."""
+        if self.provenance is None:
+            from ..engine import provenance
+
+            return provenance.record(self.loaded, False, self.options.batch_size, self.options.at_once)
+        return dict(self.provenance)
+
+    # --- the cache's side ------------------------------------------------------------------
+
+    def _remember(self, slot: Slot) -> None:
+        """Store a computed point, keyed on what the walk recorded (not on what was foreseen)."""
+        if self.store is not None:
+            from ..cache.serve import put
+
+            put(self.store, slot.compiled, self.root if self.flat else self.root.steps[slot.key], self.loaded,
+                self.record())
+
+
+def chosen(doc, names) -> tuple:
+    """The document's points named in ``names`` (None: all), in the document's order."""
+    known = [p.name for p in doc.points]
+    wanted = set(known if names is None else names)
+    for name in wanted - set(known):
+        shown = known if known != [None] else "none: it is not swept (name its point None)"
+        raise PlanError(f"point {name!r}", f"not in {doc.name}", f"points: {shown}")
+    return tuple(p for p in doc.points if p.name in wanted)
