@@ -21,11 +21,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Union
 
-from . import documents, formats, run_files, runner
+from . import documents, formats, run_files
+from .engine import registry
 from .errors import PlanError
 from .plan.expect import Expectation
 from .results import Point, Run, Scored, Result, point_name, stem
-from .timing import KEY as TIMING, Clock
+from .timing import Clock
 
 PathLike = Union[str, Path]
 
@@ -58,9 +59,14 @@ class Document:
         return self.points[0].spec.model
 
     @property
+    def shape(self) -> str:
+        """``"protocol"`` (data + method) or ``"plan-shaped"`` (sites, interventions, steps)."""
+        return documents.shape(self.raw)
+
+    @property
     def attention_probs(self) -> bool:
         """Whether some point taps the attention pattern, which is chosen when the model loads."""
-        return runner.uses_attention_probs(self.points)
+        return uses_attention_probs(self.points)
 
     def point(self, name: str) -> "Document":
         """One sweep point as a document of its own — already validated, its expectations the ones
@@ -102,7 +108,7 @@ def compile(document: Union[PathLike, dict, Document], *, engine: str = "nnterp"
     False gives every point its own (the same numbers, more forwards)."""
     doc = read(document)
     if loaded is None:
-        runner.engine_class(engine)  # an unknown name is refused before the model is looked up
+        registry.engine_class(engine)  # an unknown name is refused before the model is looked up
     return documents.compile_plan(doc.raw, document=doc.path, models=models, data=data, engine=engine,
                                   facts=loaded, trust_remote_code=trust_remote_code, valid=list(doc.points),
                                   share=share)
@@ -145,8 +151,16 @@ def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", m
     """The named engine with the document's model loaded (frozen), to pass to ``run(loaded=...)``
     for every document on that model."""
     doc = read(document)
-    return runner.load_engine(doc.raw, engine=engine, document=doc.path, models=models, device_map=device_map,
-                              trust_remote_code=trust_remote_code, valid=doc.points)
+    # A sweep may not change the model, so the first point names it; eager attention (which rounds
+    # differently) is asked for only when some point taps the attention pattern.
+    return registry.engine_class(engine).load(doc.model, document=doc.path, models=models, device_map=device_map,
+                                              trust_remote_code=trust_remote_code,
+                                              attention_probs=uses_attention_probs(doc.points))
+
+
+def uses_attention_probs(points) -> bool:
+    """Whether any point's site is an attention pattern, which must be chosen when the model loads."""
+    return any(site.component == "attention_probs" for p in points for site in p.spec.sites.values())
 
 
 def check_run_options(batch_size: Optional[int], at_once: int) -> None:
@@ -235,19 +249,6 @@ def _check_reads(doc: Document, reads) -> None:
                             f"name reads the document declares: {declared}, or reads=\"all\"")
 
 
-def run_of(doc: Document, engine: str, plan, out: Optional[Path] = None, record: Optional[dict] = None) -> Run:
-    """An executed plan tree as a ``Run``: one ``Point`` per sweep point (the root for an
-    unswept document), each at its folder under ``out`` when the run was written."""
-    if len(doc.points) == 1 and doc.points[0].name is None:
-        only = doc.points[0]
-        pts = [Point.from_plan(doc.path, doc.name, only.coords, engine, plan, out)]
-    else:
-        pts = [Point.from_plan(doc.path, p.name, p.coords, engine, plan.steps[p.name],
-                               out / p.name if out is not None else None)
-               for p in doc.points]
-    return Run(doc.path, engine, pts, out, record, plan=plan)
-
-
 def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as run is
     """A finished run directory (written by ``run(out=...)``, ``causalab-mini run`` or the pytest
     plugin's ``--causalab-out``) read back as a ``Run``: the metrics its document saves as
@@ -266,7 +267,7 @@ def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as ru
     # the file before any of it is read as a result (run_files.py says why).
     record = run_files.record(directory)
     doc = read(run_files.json_object(directory / "document.json", directory), path=directory / "document.json")
-    engine = runner.engine_name(record.get("engine"), remote=bool(record.get("remote")))
+    engine = registry.engine_name(record.get("engine"), remote=bool(record.get("remote")))
     swept = not (len(doc.points) == 1 and doc.points[0].name is None)
     pts = []
     for p in doc.points:

@@ -47,35 +47,34 @@ def _cmd_data(args) -> int:
 
 
 def _cmd_validate(args) -> int:
-    from . import documents
+    from . import api
     report = []
-    for doc in args.documents:
-        raw = documents.read(doc)
-        pts = documents.points(raw)
-        report.append({"document": doc, "shape": documents.shape(raw),
-                       "points": [p.name for p in pts if p.name is not None]})
+    for path in args.documents:
+        doc = api.read(path)
+        report.append({"document": path, "shape": doc.shape,
+                       "points": [p.name for p in doc.points if p.name is not None]})
         if not args.json:
-            swept = f" ({len(pts)} points)" if pts[0].name is not None else ""
-            print(f"ok: {doc} is a valid {documents.shape(raw)} document{swept}")
+            swept = f" ({len(doc.points)} points)" if doc.points[0].name is not None else ""
+            print(f"ok: {path} is a valid {doc.shape} document{swept}")
     if args.json:
         print(json.dumps(report, indent=1))
     return 0
 
 
 def _cmd_explain(args) -> int:
-    from . import documents
+    from . import api, documents
     from .plan.explain import explain, plan_json
-    for i, doc in enumerate(args.documents):
-        raw = documents.read(doc)
-        facts = documents.model_facts(documents.points(raw)[0].spec, Path(doc), args.models,
+    for i, path in enumerate(args.documents):
+        doc = api.read(path)
+        # The config and tokenizer, read once: the compile's facts, and the tokens explain shows.
+        facts = documents.model_facts(doc.points[0].spec, doc.path, args.models,
                                       trust_remote_code=args.trust_remote_code)
-        plan = documents.compile_plan(raw, document=Path(doc), models=args.models, data=args.data,
-                                      engine=args.engine, facts=facts, share=not args.no_share)
+        plan = api.compile(doc, engine=args.engine, loaded=facts, data=args.data, share=not args.no_share)
         if args.json:
             print(json.dumps(plan_json(plan), indent=1))
         else:
             if len(args.documents) > 1:
-                print(("\n" if i else "") + f"# {doc}")
+                print(("\n" if i else "") + f"# {path}")
             print(explain(plan, tokenizer=facts.tokenizer if args.tokens else None, rows=args.rows))
     return 0
 

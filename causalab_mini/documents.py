@@ -274,18 +274,13 @@ def shape(raw: dict) -> str:
 
 def model_facts(spec, document: Optional[Path], models=None, *, check_revision: bool = True,
                 trust_remote_code: bool = False):
-    """The model's config and tokenizer as ModelFacts; weights are never read, and no code of the
-    model directory's own is run unless ``trust_remote_code``."""
-    from .engine import loading
-    from .engine.facts import ModelFacts
+    """The model's config and tokenizer as ModelFacts (``engine.recipe``, the engines' own first
+    steps); weights are never read, and no code of the model directory's own is run unless
+    ``trust_remote_code``."""
+    from .engine.recipe import describe_model
 
-    resolved = loading.resolve(spec.model.key, spec.model.revision, document=document, roots=models,
-                               check_revision=check_revision)
-    roots = loading.model_roots(models, document)
-    config = loading.load_config(resolved, roots, trust_remote_code=trust_remote_code)
-    tokenizer = loading.load_tokenizer(resolved, roots, trust_remote_code=trust_remote_code)
-    return ModelFacts.from_config(config, tokenizer, key=spec.model.key, revision=resolved.revision,
-                                  modules=spec.model.modules)
+    return describe_model(spec.model, document=document, models=models, trust_remote_code=trust_remote_code,
+                          check_revision=check_revision).facts
 
 
 def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, data=None,

@@ -12,53 +12,11 @@ import math
 from dataclasses import dataclass
 from typing import Optional
 
+# The components are one record each (what it is, where it is read, its width rule), kept in
+# components.py, which the compiler and the engines read too; re-exported here as vocabulary.
+from .components import BEFORE_LAYERS, COMPONENTS, VOCAB_WIDE, Component  # noqa: F401
 from .engine import registry
 from .suggest import HintedValueError, did_you_mean
-
-
-@dataclass(frozen=True)
-class Component:
-    name: str
-    kind: str  # "module": a module's output/input; "interior": inside a module's forward; "output": the model's return
-    selector: Optional[str]  # "units", "heads" or None
-    layered: bool
-    order: int  # forward order inside a layer (or among the non-layered ones)
-    width: str  # how the width is derived, for humans
-    hooks: bool  # reachable at a module boundary, so the hooks engine can tap it
-    where: str  # what it is, for humans
-    residual: bool = False  # d_model-wide residual-stream value (a `view: "logits"` may project it)
-
-
-_C = Component
-COMPONENTS: dict[str, Component] = {c.name: c for c in (
-    _C("embeddings", "module", "units", False, 0, "d_model", True, "token embedding output", True),
-    _C("block_input", "module", "units", True, 0, "d_model", True, "residual entering layer l", True),
-    _C("attention_query", "interior", "heads", True, 1, "len(heads)*head_dim", False,
-       "per-head query after projection (rotary applied where the family does)"),
-    _C("attention_key", "interior", "heads", True, 2, "len(heads)*head_dim", False,
-       "per-head key after projection (rotary applied where the family does)"),
-    _C("attention_value", "interior", "heads", True, 3, "len(heads)*head_dim", False,
-       "per-head value after projection"),
-    _C("attention_probs", "interior", "heads", True, 4, "keys of the padded batch", False,
-       "attention pattern (needs eager attention)"),
-    _C("attention_z", "interior", "heads", True, 5, "len(heads)*head_dim", True,
-       "per-head result: the input of the output projection"),
-    _C("attention_output", "module", "units", True, 6, "d_model", True,
-       "attention module output, before the residual add", True),
-    _C("mlp_input", "module", "units", True, 7, "d_model", True, "MLP module input", True),
-    _C("mlp_hidden", "interior", "units", True, 8, "d_mlp", True,
-       "MLP neurons: the input of the down projection"),
-    _C("mlp_output", "module", "units", True, 9, "d_model", True, "MLP module output", True),
-    _C("block_output", "module", "units", True, 10, "d_model", True, "residual leaving layer l", True),
-    _C("ln_final", "module", "units", False, 0, "d_model", True, "final norm output"),
-    _C("lm_head", "module", None, False, 1, "vocab", True, "unembedding output"),
-    _C("logits", "output", None, False, 2, "vocab", True,
-       "the model's returned logits (after softcapping, e.g. Gemma-2)"),
-)}
-
-# Components with no layer that run before the first layer; the rest run after the last.
-BEFORE_LAYERS = frozenset({"embeddings"})
-VOCAB_WIDE = frozenset({"lm_head", "logits"})
 
 
 @dataclass(frozen=True)

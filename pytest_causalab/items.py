@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-import causalab_mini
 from causalab_mini import CausalabError, HubUnreachable, MissingArtifact, Unsupported, label, point_name
 
 from . import baseline, page, report
@@ -53,7 +52,8 @@ class DocumentFile(pytest.File):
 
     def collect(self):
         try:
-            points = causalab_mini.read(self.path).points  # the expectations checked too, as validate does
+            # Read once per process: the session keeps the Document its items then run.
+            points = session_of(self.config).document(self.path).points  # expectations checked, as validate does
         except Exception as err:  # noqa: BLE001 - one bad document must not stop the session
             # The document is one failing item with its refusal, and every other document runs;
             # an error pytest would raise at collection interrupts the whole session.

@@ -1,14 +1,17 @@
-"""One pytest session's state: settings, loaded models, compiled plans, points that ran.
+"""One pytest session's state: settings, loaded models, documents, and the points' one walk.
 
-Everything heavy happens here, lazily, at run time: collection never calls into
-this module's caches, so ``pytest --collect-only`` imports no torch. A model is
-loaded once per (resolved model, revision, dtype, engine, device map) — plus
-whether attention probabilities were asked for, which changes how it loads, and
-the module names a document gives (``model.modules``), which change what it taps. A
-document is read and validated once; a point is compiled and run once per engine
-(``causalab_mini.run`` on the point's own document); a failure at any of those
-stages is cached too, so every item that needs it reports the same refusal
-without trying again.
+State, not scheduling: which points run together, in what order and what they share is the
+library's (``causalab_mini.Execution``); the session holds what it is given and asks for one
+point per item. A document is read once per process — at collection, which reads and validates
+only, so ``pytest --collect-only`` imports no torch — and kept. A model is loaded once per
+(resolved model, revision, dtype, engine, device map) — plus whether attention probabilities
+were asked for, which changes how it loads, and the module names a document gives
+(``model.modules``), which change what it taps. The selected points on one model make one
+``Execution``: each item asks it for its own point, which computes that point's group (the
+forwards the points share run with the first that borrows them), so an item's duration is its
+own work, ``-v`` reports points as they finish, and ``-x`` stops between them. A failure at
+any stage is cached too, so every item that needs it reports the same refusal without trying
+again.
 """
 from __future__ import annotations
 
@@ -231,9 +234,9 @@ class Session:
         self._device_map: Optional[str] = None  # resolved from settings.device_map when first needed
 
     def select(self, items) -> None:
-        """The session's point items, in run order: the points still to run, per document, so the
-        first of a model's items runs the forwards its points share — within a document and across
-        the model's documents — once for all of them (``run_together``)."""
+        """The session's point items, in run order: the points to run, per document, which make each
+        model's one walk (``Execution``) — its points' shared forwards run once, within a document
+        and across the model's documents."""
         self._selected = {}
         for item in items:
             valid = getattr(item, "valid", None)

@@ -34,7 +34,7 @@ import torch  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from causalab_mini import runner  # noqa: E402
+import causalab_mini as cm  # noqa: E402
 from causalab_mini.plan.write import safetensors_bytes, write  # noqa: E402
 
 V2 = ROOT / "documents" / "v2"
@@ -45,8 +45,7 @@ SAE_L1 = 3e-2
 
 
 def run_document(path: Path, raw: dict, out: Path) -> Path:
-    engine = runner.load_engine(raw, engine="nnterp", document=path)
-    plan = runner.execute(raw, engine, document=path)
+    plan = cm.run(cm.read(raw, path=path), engine="nnterp").plan
     write(plan, out, plan.provenance)
     return out
 

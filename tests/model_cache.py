@@ -37,14 +37,14 @@ class EngineCache:
         """The ``engine`` ("hooks", "nnterp") loaded with ``source``'s model.
 
         ``source``: a document's path, a raw document (its first point names the model, as
-        ``runner.load_engine`` reads it; pass ``document`` when its model key is relative to
+        ``causalab_mini.load`` reads it; pass ``document`` when its model key is relative to
         where it lives), or a bare model section (``{"key": "tiny-llama", "dtype": "fp32"}``).
         A document decides ``attention_probs`` itself (on where a point taps the pattern);
         for a model section it is the argument. ``models``: model folders searched, as
         ``--models``.
         """
-        from causalab_mini import documents, runner
-        from causalab_mini.engine import loading
+        from causalab_mini import api, documents
+        from causalab_mini.engine import loading, registry
 
         if isinstance(source, Path):
             document = source if document is None else document
@@ -52,7 +52,7 @@ class EngineCache:
         if "model" in source:
             points = documents.points(source)
             model = points[0].spec.model
-            attention_probs = runner.uses_attention_probs(points)
+            attention_probs = api.uses_attention_probs(points)
         else:
             model = loading.model_ref(source)
         resolved = loading.resolve(model.key, model.revision, document=document, roots=list(models))
@@ -61,7 +61,7 @@ class EngineCache:
         where = str(Path(resolved.source).resolve()) if resolved.local else resolved.source
         key = (engine, model.model_dump_json(exclude={"revision"}), where, resolved.revision, attention_probs)
         if key not in self._loaded:
-            self._loaded[key] = runner.engine_class(engine).load(
+            self._loaded[key] = registry.engine_class(engine).load(
                 model, document=document, models=list(models), attention_probs=attention_probs)
         return self._loaded[key]
 

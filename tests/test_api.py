@@ -616,7 +616,7 @@ def test_compile_is_one_child_per_point_after_the_forward_they_share():
 
 @pytest.mark.parametrize("batch_size", [0, -1, True, 2.0])
 def test_bad_batch_size_is_refused_before_the_model_is_looked_up(batch_size, tmp_path, monkeypatch):
-    from causalab_mini import runner
+    from causalab_mini import api
 
     loads = []
 
@@ -624,7 +624,7 @@ def test_bad_batch_size_is_refused_before_the_model_is_looked_up(batch_size, tmp
         loads.append(args)
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(runner, "load_engine", no_load)
+    monkeypatch.setattr(api, "load", no_load)
     raw = json.loads(PATCHING.read_text())
     raw["model"] = {"key": "nope", "dtype": "fp32"}
     doc = cm.read(raw, path=tmp_path / "nope.causalab.json")
@@ -639,9 +639,9 @@ def test_bad_batch_size_is_refused_before_the_model_is_looked_up(batch_size, tmp
 
 
 def test_bad_out_is_refused_before_the_load(tmp_path, monkeypatch):
-    from causalab_mini import runner
+    from causalab_mini import api
 
-    monkeypatch.setattr(runner, "load_engine", lambda *a, **k: pytest.fail("the model was loaded"))
+    monkeypatch.setattr(api, "load", lambda *a, **k: pytest.fail("the model was loaded"))
     a_file = tmp_path / "file"
     a_file.write_text("x")
     with pytest.raises(EngineError) as err:

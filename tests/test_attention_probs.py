@@ -27,7 +27,7 @@ import torch
 
 pytest.importorskip("nnterp")
 
-from causalab_mini import runner  # noqa: E402
+import causalab_mini as cm  # noqa: E402
 from causalab_mini.documents import compile_plan  # noqa: E402
 from causalab_mini.engine.nnterp import NNterpEngine  # noqa: E402
 from causalab_mini.errors import CompileError, Unsupported  # noqa: E402
@@ -277,13 +277,16 @@ def test_an_engine_loaded_without_attention_probs_refuses_them(tmp_path):
     assert str(caught.value).startswith("sites.p.component: attention_probs needs eager attention")
 
 
-def test_the_runner_loads_with_attention_probs_only_when_a_document_taps_them(tmp_path):
+def test_load_asks_for_attention_probs_only_when_a_document_taps_them(tmp_path):
     doc = tmp_path / "d.causalab.json"
-    engine = runner.load_engine(_raw("tiny-llama", _pattern_site(0, [0])), document=doc, models=[MODELS])
+    tapped = cm.read(_raw("tiny-llama", _pattern_site(0, [0])), path=doc)
+    assert tapped.attention_probs
+    engine = cm.load(tapped, models=[MODELS])
     assert engine.model.attn_probs_available
     assert engine.model._model.config._attn_implementation == "eager"
-    plain = runner.load_engine(_raw("tiny-llama", {"component": "block_output", "layers": [0]}), document=doc,
-                               models=[MODELS])
+    untapped = cm.read(_raw("tiny-llama", {"component": "block_output", "layers": [0]}), path=doc)
+    assert not untapped.attention_probs
+    plain = cm.load(untapped, models=[MODELS])
     assert not plain.model.attn_probs_available
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from causalab_mini import documents, runner
+import causalab_mini as cm
 from causalab_mini.errors import MissingArtifact, Unsupported
 from causalab_mini.plan.plan import Plan
 from paths import CORPUS, DOCUMENTS
@@ -51,11 +51,11 @@ def _tensors(results: dict) -> int:
 
 @pytest.mark.parametrize("path", CORPUS, ids=_id)
 def test_both_engines_give_bit_equal_results(path, engines):
-    raw = documents.read(path)
+    doc = cm.read(path)
     plans = {}
     for name in ENGINES:
         try:
-            plans[name] = runner.execute(raw, engines(raw, name, document=path), document=path)
+            plans[name] = cm.run(doc, loaded=engines(doc.raw, name, document=path)).plan
         except (Unsupported, MissingArtifact) as err:
             pytest.skip(f"{name} engine: {type(err).__name__}: {err}")
     hooks, nnterp = plans["hooks"], plans["nnterp"]

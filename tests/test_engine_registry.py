@@ -18,7 +18,7 @@ from paths import REPO
 from samples import cli_command
 
 import causalab_mini as cm
-from causalab_mini import runner, vocab
+from causalab_mini import vocab
 from causalab_mini.engine import registry
 from causalab_mini.errors import EngineError
 
@@ -60,11 +60,9 @@ def test_the_lists_follow_the_records():
         assert r.description and "\n" not in r.description, r
 
 
-def test_old_homes_re_export_the_registry():
-    assert cm.ENGINES == runner.ENGINES == registry.ENGINES
-    assert cm.LOCAL_ENGINES == runner.LOCAL_ENGINES == registry.LOCAL_ENGINES
-    assert runner.engine_class is registry.engine_class
-    assert runner.engine_name is registry.engine_name
+def test_the_public_names_are_the_registry_lists():
+    assert cm.ENGINES == registry.ENGINES
+    assert cm.LOCAL_ENGINES == registry.LOCAL_ENGINES
 
 
 @pytest.mark.parametrize("name", ["bogus", "", "NNterp", ["nnterp"]])

@@ -24,7 +24,8 @@ import pytest
 import torch
 
 import families
-from causalab_mini import documents, runner
+import causalab_mini as cm
+from causalab_mini import documents
 from causalab_mini.errors import CompileError
 from paths import DATA
 
@@ -335,8 +336,7 @@ def run_family(root: Path, family: str, engine: str):
     """The family's matrix document run on ``engine``: {output name: tensor (rows, vocab)}."""
     raw = document(family, experiments_for(family))
     path = root / f"{family}.causalab.json"
-    loaded = runner.load_engine(raw, engine=engine, document=path, models=[root])
-    plan = runner.execute(raw, loaded, document=path, data=[DATA])
+    plan = cm.run(cm.read(raw, path=path), engine=engine, models=[root], data=[DATA]).plan
     out = {}
     for step in plan.steps.values():
         for name, value in step.results.items():

@@ -35,7 +35,8 @@ import torch
 
 import families
 from test_families import FAMILY_NAMES, REFERENCE, _folder, _observe, document
-from causalab_mini import documents, runner
+import causalab_mini as cm
+from causalab_mini import documents
 from causalab_mini.engine.families import FAMILIES as LAYOUTS
 from causalab_mini.errors import CompileError
 from paths import DATA
@@ -89,8 +90,7 @@ def run_engine(root: Path, family: str) -> dict[str, torch.Tensor]:
     """The family's reachable interiors on the nnterp engine: {component: (rows, width) at the last token}."""
     raw = interiors(family, reachable(family))
     path = root / f"{family}.interiors.causalab.json"
-    loaded = runner.load_engine(raw, engine="nnterp", document=path, models=[root])
-    plan = runner.execute(raw, loaded, document=path, data=[DATA])
+    plan = cm.run(cm.read(raw, path=path), engine="nnterp", models=[root], data=[DATA]).plan
     return {name.split(".", 1)[1]: value[:, 0] for step in plan.steps.values()
             for name, value in step.results.items()}
 

@@ -18,7 +18,8 @@ import pytest
 import torch
 
 import families
-from causalab_mini import documents, runner
+import causalab_mini as cm
+from causalab_mini import documents
 from causalab_mini.engine.facts import ModelFacts
 from causalab_mini.errors import CompileError, DocumentError
 from causalab_mini.vocab import COMPONENTS
@@ -147,11 +148,11 @@ def test_named_modules_run_an_unknown_family_on_both_engines(family_root, unknow
         experiments = ("residual", "mlp_units", "heads", "reads")
         raw = document(UNKNOWN, experiments)
         raw["model"]["modules"] = ARCEE_MODULES
-        path = family_root / "unknown.causalab.json"
+        doc = cm.read(raw, path=family_root / "unknown.causalab.json")
         got = {}
         for engine in ("nnterp", "hooks"):
-            loaded = runner.load_engine(raw, engine=engine, document=path, models=[family_root])
-            plan = runner.execute(raw, loaded, document=path, data=[DATA])
+            loaded = cm.load(doc, engine=engine, models=[family_root])
+            plan = cm.run(doc, loaded=loaded, data=[DATA]).plan
             got[engine] = {k: v[:, 0] for step in plan.steps.values() for k, v in step.results.items()
                            if k.endswith(".logits") or k.startswith("reads.")}
         hand = Hand(unknown)
@@ -169,9 +170,10 @@ def test_named_modules_cover_only_what_they_name(family_root, unknown):
     with pytest.raises(CompileError, match="names no mlp_projection"):
         documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
     raw["model"]["modules"] = {**ARCEE_MODULES, "mlp_projection": "mlp.no_such"}
-    engine = runner.load_engine(raw, engine="hooks", document=family_root / "d.causalab.json", models=[family_root])
+    doc = cm.read(raw, path=family_root / "d.causalab.json")
+    engine = cm.load(doc, engine="hooks", models=[family_root])
     with pytest.raises(CompileError, match="no module 'mlp.no_such' for mlp_hidden"):
-        runner.execute(raw, engine, document=family_root / "d.causalab.json", data=[DATA])
+        cm.run(doc, loaded=engine, data=[DATA])
 
 
 @pytest.mark.parametrize("modules, where", [

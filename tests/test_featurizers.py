@@ -19,7 +19,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
-from causalab_mini import documents, runner
+import causalab_mini as cm
+from causalab_mini import documents
 from causalab_mini.engine import fit as fit_mod
 from causalab_mini.engine import loading
 from causalab_mini.engine import steps as steps_mod
@@ -394,7 +395,7 @@ def das_runs(tiny_llama):
 
     def get(name: str):
         if name not in cache:
-            cache[name] = runner.execute(das_raw(), tiny_llama(name), document=V2 / "das.causalab.json")
+            cache[name] = cm.run(cm.read(das_raw(), path=V2 / "das.causalab.json"), loaded=tiny_llama(name)).plan
         return cache[name]
 
     return get
@@ -455,7 +456,7 @@ def test_the_weights_bundle_records_its_header_and_loads_back_as_the_same_basis(
     apply_raw["featurizers"]["rot"]["file_path"] = "rot.safetensors"
     document = tmp_path / "das_apply.causalab.json"
     document.write_text(json.dumps(apply_raw))
-    applied = runner.execute(apply_raw, tiny_llama("hooks"), document=document, data=DATA)
+    applied = cm.run(cm.read(apply_raw, path=document), loaded=tiny_llama("hooks"), data=DATA).plan
     state = steps_mod.State()
     fit_mod.construct(applied.steps["featurizers"], state)
     loaded = state.featurizers["rot"]
@@ -486,7 +487,7 @@ def test_a_gate_fit_anneals_trains_only_during_updates_and_optimizes_only_its_pa
 
     monkeypatch.setattr(steps_mod, "observe", recording_observe)
     monkeypatch.setattr(torch.optim, "AdamW", recording_adamw)
-    plan = runner.execute(raw, tiny_llama("hooks"), document=V2 / "dbm.causalab.json")
+    plan = cm.run(cm.read(raw, path=V2 / "dbm.causalab.json"), loaded=tiny_llama("hooks")).plan
     monkeypatch.undo()
 
     fit_step = plan.steps["fit"]

@@ -33,7 +33,8 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from causalab_mini import documents, runner
+import causalab_mini as cm
+from causalab_mini import documents
 from causalab_mini.errors import BaselineError
 from pytest_causalab import checks as expect
 from fuzzing import DATA, EXAMPLES, JSON, MODELS, ROOT, Blob, mutate, paths
@@ -56,7 +57,7 @@ def ran() -> dict:
         document = V2 / f"{stem}.causalab.json"
         raw = documents.read(document)
         if engine is None:
-            engine = runner.load_engine(raw, engine="hooks", document=document, models=[MODELS])
+            engine = cm.load(cm.read(raw, path=document), engine="hooks", models=[MODELS])
         plan = documents.compile_plan(raw, document=document, data=[DATA], facts=engine)
         sub = plan.steps[name] if name is not None else plan
         engine.execute(sub)

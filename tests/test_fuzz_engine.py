@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, event, given, settings
 
-from causalab_mini import documents, runner
+import causalab_mini as cm
+from causalab_mini import documents
 from causalab_mini.errors import CausalabError
 from causalab_mini.plan.plan import Fit, Observe
 from causalab_mini.plan.write import check_targets, metric_rows, planned_files, write
@@ -59,7 +60,7 @@ def engines() -> dict:
         key = _key(raw)
         if key in loaded or work(documents.compile_plan(raw, document=path, data=[DATA])) > WORK:
             continue
-        loaded[key] = runner.load_engine(raw, engine="hooks", document=path, models=[MODELS])
+        loaded[key] = cm.load(cm.read(raw, path=path), engine="hooks", models=[MODELS])
         # Unshared: one point run on its own holds every forward it needs.
         plan = documents.compile_plan(raw, document=path, data=[DATA], facts=loaded[key], share=False)
         loaded[key].execute(plan.points[0])
@@ -79,7 +80,7 @@ def test_a_mutated_document_runs_on_the_hooks_engine_or_is_refused_typed(engines
         documents.compile_plan(doc, document=FUZZED, models=[MODELS], data=[DATA])  # no weights: the cheap refusals
         key = _key(doc)
         if key not in engines:
-            engines[key] = runner.load_engine(doc, engine="hooks", document=FUZZED, models=[MODELS])
+            engines[key] = cm.load(cm.read(doc, path=FUZZED), engine="hooks", models=[MODELS])
         engine = engines[key]
         plan = documents.compile_plan(doc, document=FUZZED, data=[DATA], facts=engine)
         if work(plan) > WORK:

@@ -22,7 +22,8 @@ from reference import answer_id, continued, hidden_of, with_hidden
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("nnterp")
 
-from causalab_mini import documents, runner  # noqa: E402
+import causalab_mini as cm  # noqa: E402
+from causalab_mini import documents  # noqa: E402
 from causalab_mini.engine.loading import revision_digest  # noqa: E402
 from causalab_mini.ops import locate  # noqa: E402
 from causalab_mini.plan.write import write  # noqa: E402
@@ -198,8 +199,8 @@ def engine(engines):
 
 
 def execute(raw: dict, eng, batch_size=None):
-    return runner.execute(raw, eng, document=V2 / "test_generation.causalab.json", data=[DATA],
-                          batch_size=batch_size)
+    return cm.run(cm.read(raw, path=V2 / "test_generation.causalab.json"), loaded=eng, data=[DATA],
+                  batch_size=batch_size).plan
 
 
 @pytest.fixture(scope="module")

@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import causalab_mini as cm
 from causalab_mini.engine import loading
 from paths import DATA, MODELS
 from samples import cli_command, patching_document
@@ -130,26 +131,23 @@ def _with_pickle(tmp_path: Path, keep_safetensors: bool) -> Path:
 
 def test_pickled_weights_are_never_read(tmp_path):
     """A .bin beside the safetensors changes no number on either engine; the revision is unmoved."""
-    from causalab_mini import runner
-
     root = _with_pickle(tmp_path, keep_safetensors=True)
     assert loading.weights_digest(root / "tiny-llama") == loading.weights_digest(MODELS / "tiny-llama")
-    raw, doc = patching_document(), _document(tmp_path)
+    doc = cm.read(patching_document(), path=_document(tmp_path))
     for engine in ENGINES:
         got = []
         for models in (MODELS, root):
-            loaded = runner.load_engine(raw, engine=engine, document=doc, models=[models])
-            got.append(runner.execute(raw, loaded, document=doc, data=[DATA]).steps["score"].results)
+            loaded = cm.load(doc, engine=engine, models=[models])
+            got.append(cm.run(doc, loaded=loaded, data=[DATA]).plan.steps["score"].results)
         assert torch.equal(got[0]["logit_diff"], got[1]["logit_diff"]), engine
 
 
 def test_a_directory_with_only_pickled_weights_under_the_standard_name_is_refused(tmp_path):
-    from causalab_mini import runner
     from causalab_mini.errors import ModelError
 
     root = _with_pickle(tmp_path, keep_safetensors=False)
-    raw, doc = patching_document(), _document(tmp_path)
+    doc = cm.read(patching_document(), path=_document(tmp_path))
     for engine in ENGINES:
         with pytest.raises(ModelError) as caught:
-            runner.load_engine(raw, engine=engine, document=doc, models=[root])
+            cm.load(doc, engine=engine, models=[root])
         assert str(caught.value).startswith("model.key:") and "safetensors" in str(caught.value)

@@ -445,14 +445,16 @@ def test_remote_simulation_gives_the_same_numbers(llama, tmp_path):
 def test_remote_simulation_runs_anchors_decodes_and_fits_alike(llama, name):
     """The whole walk ships — text anchors resolved there, a generate with its step iterator,
     an optimizer stepping featurizer parameters — and the numbers that come home are the same."""
-    from causalab_mini import runner
+    import causalab_mini as cm
 
     path = V2 / f"{name}.causalab.json"
     raw = json.loads(path.read_text())
     if name == "das":
         raw["steps"]["fit"]["epochs"] = 1
-    here = runner.execute(raw, llama.engine, document=path)
-    there = runner.execute(raw, llama.engine, document=path, remote="local")
+    doc = cm.read(raw, path=path)
+    here = cm.run(doc, loaded=llama.engine).plan
+    # The engine's own contract: the same compiled plan walked as a remote session would walk it.
+    there = llama.engine.execute(cm.compile(doc, loaded=llama.engine), remote="local")
     assert there.provenance["remote"] == "local"
     assert same_results(here, there)
 

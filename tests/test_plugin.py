@@ -27,16 +27,13 @@ def measured(warm):
     computed by causalab_mini itself, not through the plugin — what the plugin's tables, summaries
     and baselines must show. (The engines' numbers are held to hand computations elsewhere:
     test_patching, test_hooks_engine, test_positions_run.)"""
-    from causalab_mini import documents, runner
+    import causalab_mini as cm
 
     plans = {}
 
     def values(source: str, metric: str, point=None, engine: str = "nnterp") -> list:
         if (source, engine) not in plans:
-            path = CORPUS / f"{source}.causalab.json"
-            raw = documents.read(path)
-            plans[source, engine] = runner.execute(raw, runner.load_engine(raw, engine=engine, document=path),
-                                                   document=path)
+            plans[source, engine] = cm.run(CORPUS / f"{source}.causalab.json", engine=engine).plan
         plan = plans[source, engine]
         return (plan.steps[point] if point else plan).steps["score"].results[metric].tolist()
 

@@ -181,3 +181,49 @@ def test_a_document_that_cannot_compile_leaves_the_others_sharing(tester):
     result.assert_outcomes(passed=points, failed=points, warnings=points)
     result.stdout.fnmatch_lines(["*sites.target.layers*"])
     assert _calls(tester) == points + 1
+
+
+# --- each item pays for its own point ------------------------------------------------------------
+
+PER_ITEM = COUNTING + """
+ITEMS = []
+
+def pytest_runtest_call(item):
+    ITEMS.append([item.name, len(CALLS), None])
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        ITEMS[-1][1] = len(CALLS) - ITEMS[-1][1]  # the model calls made inside this item's call
+        ITEMS[-1][2] = report.duration
+
+def pytest_unconfigure(config):
+    (config.rootpath / "items.json").write_text(json.dumps(ITEMS))
+"""
+
+
+@pytest.mark.parametrize("engine", ["hooks", "nnterp"])
+def test_each_item_computes_its_own_point_and_reports_its_own_duration(sweep, engine):
+    """The first item of the sweep runs the shared forward and its own patched one; every later
+    item runs its own, inside its own call — so pytest's durations and -v lines are each point's
+    own work, and the session still calls the model P + 1 times."""
+    sweep.makeconftest(PER_ITEM)
+    result = sweep.runpytest(f"--causalab-engine={engine}", "-v")
+    result.assert_outcomes(passed=len(POINTS), warnings=len(POINTS))
+    items = json.loads((sweep.path / "items.json").read_text())
+    assert [name for name, _, _ in items] == POINTS
+    assert [calls for _, calls, _ in items] == [2] + [1] * (len(POINTS) - 1)
+    assert all(duration > 0 for _, _, duration in items)
+    assert _calls(sweep) == len(POINTS) + 1
+    # -v names each point as it passes, in order.
+    result.stdout.fnmatch_lines([f"grid.causalab.json::{name} PASSED*" for name in POINTS], consecutive=False)
+
+
+def test_x_stops_between_points(sweep):
+    """-x after the first point fails: the later points are never computed."""
+    doc = json.loads((sweep.path / "grid.causalab.json").read_text())
+    doc["header"]["expect"] = [{"result": "iia", "mean": {">": 2}, "points": [POINTS[0]]}]
+    (sweep.path / "grid.causalab.json").write_text(json.dumps(doc, indent=1))
+    sweep.makeconftest(PER_ITEM)
+    result = sweep.runpytest("--causalab-engine=hooks", "-x")
+    result.assert_outcomes(failed=1)
+    assert _calls(sweep) == 2  # the shared forward and the first point's own; nothing after it

@@ -19,7 +19,8 @@ import torch
 from paths import DATA, V2
 from reference import answer_id, padded
 
-from causalab_mini import documents, runner
+import causalab_mini as cm
+from causalab_mini import documents
 from causalab_mini.engine import steps
 from causalab_mini.errors import CompileError, EngineError
 from causalab_mini.ops import locate
@@ -166,7 +167,7 @@ def read_only(raw: dict) -> None:
 @pytest.mark.parametrize("engine", ENGINES)
 def test_entity_patch_acts_on_each_rows_own_entity(tiny_llama, hf, engine, tmp_path):
     _, tok = hf
-    plan = runner.execute(documents.read(ENTITY), tiny_llama(engine), document=ENTITY)
+    plan = cm.run(ENTITY, loaded=tiny_llama(engine)).plan
     score = plan.steps["score"]
     assert isinstance(score, Observe)
     base = [r["input"] for r in ROWS]
@@ -225,7 +226,7 @@ def test_a_write_with_nothing_to_write_on_a_row_is_refused(tiny_llama, tmp_path,
     data = misanchored(tmp_path)
     doc, raw = entity_doc(tmp_path, "entity")
     with pytest.raises(EngineError) as caught:
-        runner.execute(raw, tiny_llama(engine), document=doc, data=[data])
+        cm.run(cm.read(raw, path=doc), loaded=tiny_llama(engine), data=[data])
     err = caught.value
     assert err.path == "patch"
     assert err.problem.startswith(f"write 'patch' has nothing to write on row(s) {{1: 'alignment_missing'}}. "
@@ -238,7 +239,7 @@ def test_a_read_without_its_anchor_excludes_the_row(tiny_llama, hf, tmp_path, en
     _, tok = hf
     data = misanchored(tmp_path)
     doc, raw = entity_doc(tmp_path, "entity_read", edit=read_only)
-    plan = runner.execute(raw, tiny_llama(engine), document=doc, data=[data])
+    plan = cm.run(cm.read(raw, path=doc), loaded=tiny_llama(engine), data=[data]).plan
     score = plan.steps["score"]
     record = score.results["positions"]["logits"]
     assert record["reason"] == ("", locate.MISSING, "", "")
@@ -272,7 +273,7 @@ def test_a_read_without_its_anchor_excludes_the_row(tiny_llama, hf, tmp_path, en
         assert abs(score.results[name].mean().item() - mean) <= TOL  # the mean is over the kept rows
 
     # One row per batch: the excluded row's batch reads nothing at all, and the rest agree.
-    alone = runner.execute(raw, tiny_llama(engine), document=doc, data=[data], batch_size=1).steps["score"]
+    alone = cm.run(cm.read(raw, path=doc), loaded=tiny_llama(engine), data=[data], batch_size=1).plan.steps["score"]
     assert alone.results["eligible"] == score.results["eligible"]
     assert close(alone.results["logit_diff"].tolist(), expected["logit_diff"])
 
@@ -286,7 +287,7 @@ def test_a_write_and_its_operand_of_different_lengths_are_refused(tiny_llama, hf
     iv = raw["interventions"]["patching"]
     iv["writes"]["patch"]["pos"] = iv["reads"]["v_cf"]["pos"] = {"all": True, "scope": {"variable": "entity"}}
     with pytest.raises(EngineError) as caught:
-        runner.execute(raw, tiny_llama(engine), document=ENTITY)
+        cm.run(cm.read(raw, path=ENTITY), loaded=tiny_llama(engine))
 
     def pieces(word):
         return len(tok(" " + word, add_special_tokens=False)["input_ids"])
@@ -348,7 +349,7 @@ def test_a_tokenizer_skew_is_refused_before_any_text_is_searched(tiny_llama, eng
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_pass_of_bare_integers_records_no_positions(tiny_llama, engine, tmp_path):
-    plan = runner.execute(documents.read(PATCHING), tiny_llama(engine), document=PATCHING)
+    plan = cm.run(PATCHING, loaded=tiny_llama(engine)).plan
     score = plan.steps["score"]
     assert all(op.where.fixed for f in score.forwards for op in (*f.reads, *f.writes))
     assert "positions" not in score.results

@@ -4,7 +4,7 @@ The command line itself (its stdout, exit status and stderr, what lands in
 ``--out``) is exercised through a subprocess where a process boundary is the
 point — the two patching runs per engine that determinism compares, and a bad
 document. Everything else goes through ``causalab_mini.cli.main`` in this
-process, or the runner's stages, so a model is loaded once per module.
+process, or the Python API (``cm.run`` with a loaded engine), so a model is loaded once per module.
 
 The numbers written are checked against an independent computation: a Hugging
 Face model loaded here, a hand-written forward hook doing the patch on a batch
@@ -30,7 +30,8 @@ from reference import answer_id, padded
 from samples import cli_command
 import torch
 
-from causalab_mini import cli, documents, runner
+import causalab_mini as cm
+from causalab_mini import cli, documents
 from causalab_mini.errors import PlanError
 from causalab_mini.plan.plan import Observe
 from causalab_mini.plan.write import write
@@ -315,8 +316,7 @@ def test_a_swept_run_writes_a_directory_per_point(tmp_path, reference, capfd):
 
 
 def test_result_on_a_swept_plan_names_the_count_and_the_point_answers(tmp_path, hooks_engine):
-    raw = documents.read(POS_SWEEP)
-    plan = runner.execute(raw, hooks_engine, document=POS_SWEEP)
+    plan = cm.run(POS_SWEEP, loaded=hooks_engine).plan
     with pytest.raises(PlanError) as caught:
         plan.result("iia")
     message = str(caught.value)
@@ -400,8 +400,7 @@ def test_a_run_time_refusal_exits_2_typed_and_writes_nothing(tmp_path, engine, c
 def test_a_failing_write_leaves_no_file(tmp_path, hooks_engine):
     """The manifest is built before anything is written: a save that cannot be made (its value
     was never produced) fails the write before document.json or run.json exist."""
-    raw = documents.read(PATCHING)
-    plan = runner.execute(raw, hooks_engine, document=PATCHING)
+    plan = cm.run(PATCHING, loaded=hooks_engine).plan
     score = plan.steps["score"]
     assert isinstance(score, Observe) and [s.value for s in score.saves] == ["iia", "logit_diff"]
     del score.results["logit_diff"]  # the second save's value
@@ -416,8 +415,7 @@ def test_a_file_whose_place_is_a_folder_is_refused_before_anything_is_written(tm
     (tests/test_run_commit.py kills and fails writes half way)."""
     from causalab_mini.errors import PlanError
 
-    raw = documents.read(PATCHING)
-    plan = runner.execute(raw, hooks_engine, document=PATCHING)
+    plan = cm.run(PATCHING, loaded=hooks_engine).plan
     out = tmp_path / "out"
     (out / "iia.json").mkdir(parents=True)
     with pytest.raises(PlanError, match="iia.json: .* is a folder"):

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from causalab_mini import runner
+import causalab_mini as cm
 from causalab_mini.errors import EngineError, PlanError, WriteError
 from causalab_mini.plan import write as write_mod
 from model_calls import untimed, untimed_bytes
@@ -39,8 +39,7 @@ def _swept() -> dict:
 def _plan(raw: dict, tmp_path: Path, engines):
     doc = tmp_path / "doc.causalab.json"
     engine = engines(raw, "hooks", document=doc)
-    plan = runner.execute(raw, engine, document=doc, data=[DATA])
-    return plan
+    return cm.run(cm.read(raw, path=doc), loaded=engine, data=[DATA]).plan
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
@@ -132,8 +131,6 @@ def test_a_kill_at_any_write_leaves_the_previous_run_or_an_incomplete_folder(pla
 def test_a_kill_after_the_files_land_and_before_run_json_is_never_a_finished_run(plans, tmp_path, over_previous):
     """Killed with every data file of the new run in place and its run.json not yet renamed there
     (the commit's last step): ``open`` refuses the folder, and a rerun into it is a clean run's."""
-    import causalab_mini as cm
-
     first, second = plans
     after = _clean(second, tmp_path / "clean")
     out = tmp_path / "out"
@@ -214,7 +211,7 @@ def test_a_batch_size_that_is_not_a_number_of_rows_is_refused(engines, tmp_path,
     doc = tmp_path / "doc.causalab.json"
     engine = engines(raw, "hooks", document=doc)
     with pytest.raises(EngineError, match="not a number of rows"):
-        runner.execute(raw, engine, document=doc, data=[DATA], batch_size=size)
+        cm.run(cm.read(raw, path=doc), loaded=engine, data=[DATA], batch_size=size)
 
 
 def test_state_tells_a_result_from_an_interrupted_write(plans, tmp_path):

@@ -120,7 +120,7 @@ def test_points_of_several_documents_stacked_at_once_compute_what_they_do_alone(
 
 def test_run_points_refuses_an_out_that_is_a_file_before_the_model_loads(tmp_path, monkeypatch):
     """As ``run`` refuses it: the folder is checked before the (seconds-long) load, not after."""
-    from causalab_mini import runner
+    from causalab_mini import api
 
     loads = []
 
@@ -128,7 +128,7 @@ def test_run_points_refuses_an_out_that_is_a_file_before_the_model_loads(tmp_pat
         loads.append(args)
         raise AssertionError("the model was loaded")
 
-    monkeypatch.setattr(runner, "load_engine", no_load)
+    monkeypatch.setattr(api, "load", no_load)
     occupied = tmp_path / "out"
     occupied.mkdir()
     (occupied / "pos=-1").write_text("a file where a point's folder goes")

@@ -10,16 +10,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
+from ..components import BEFORE_LAYERS, COMPONENTS, PUBLISHED_ROLES
 from ..errors import CompileError
 from ..plan.plan import Address
-from ..vocab import BEFORE_LAYERS, COMPONENTS
 from .families import FAMILIES, UNKNOWN, Layout, OutputTransform, layout_for
 from .registry import traced_names
 
 TRACED = traced_names()  # the engines that trace through nnsight: nnterp's reach and refusals
 # Found through transformers' own published accessors (get_input_embeddings, get_output_embeddings,
 # the output's .logits), so they need no family layout.
-PUBLISHED = frozenset({"embeddings", "lm_head", "logits"})
+PUBLISHED = frozenset(n for n, c in COMPONENTS.items() if c.module in PUBLISHED_ROLES)
 QKV = frozenset({"attention_query", "attention_key", "attention_value"})
 
 
@@ -91,25 +91,21 @@ class ModelFacts:
     # --- the compile-time members an engine also exposes -------------------
     def heads(self, component: str) -> int:
         """Heads a heads-selector component has (key/value heads for grouped-query k and v)."""
-        return self.n_kv_heads if component in ("attention_key", "attention_value") else self.n_heads
+        return COMPONENTS[component].heads_of(self)
 
     def width(self, component: str) -> int:
-        """The last-axis width of the whole component (before a units/heads selection).
+        """The last-axis width of the whole component (before a units/heads selection): its
+        record's width rule (``components.py``) on this model's sizes.
 
         attention_probs has none here: its last axis is heads × the keys of one forward's
         padded batch, which the compiler fixes per forward (``plan.build``), not per model.
         """
-        if component == "attention_probs":
-            raise CompileError("attention_probs", "an attention pattern's width is heads x the keys of "
+        width = COMPONENTS[component].width_of(self)
+        if width is None:  # attention_probs, the one component the model alone does not size
+            raise CompileError(component, "an attention pattern's width is heads x the keys of "
                                "one forward's padded batch, so the model alone does not fix it",
                                "take the width from a compiled read or write (its address is per forward)")
-        if component in ("lm_head", "logits"):
-            return self.vocab_size
-        if component == "mlp_hidden":
-            return self.d_mlp
-        if COMPONENTS[component].selector == "heads":
-            return self.heads(component) * self.head_dim
-        return self.d_model
+        return width
 
     def stage(self, component: str, layer: Optional[int]) -> int:
         """Where in the forward a component sits: -1 before the layers, num_layers after them."""

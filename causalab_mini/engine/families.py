@@ -30,8 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Optional
 
-INPUT, OUTPUT = "input", "output"
-ATTENTION = "attention"  # the port of the attention module, whose forward holds the interiors
+# Which side of a module each component is read at is the component's own record; a layout
+# says only which module. ATTENTION also keys the port of the attention module itself, whose
+# forward holds the interiors.
+from ..components import ATTENTION, COMPONENTS, OUTPUT
 
 
 @dataclass(frozen=True)
@@ -119,14 +121,19 @@ def _ports(attention: str, mlp: Optional[str], o_proj: str, down_proj: Optional[
     ports = {
         # The attention module itself: the interiors (q/k/v, the pattern) are inside its forward.
         ATTENTION: Port(attention, OUTPUT),
-        "attention_output": Port(attention_output or attention, OUTPUT),
-        "attention_z": Port(f"{attention}.{o_proj}", INPUT),
-        "mlp_input": Port(mlp_input or mlp, INPUT, flat_mlp),
-        "mlp_output": Port(mlp_output or mlp, OUTPUT, flat_mlp),
+        "attention_output": _port("attention_output", attention_output or attention),
+        "attention_z": _port("attention_z", f"{attention}.{o_proj}"),
+        "mlp_input": _port("mlp_input", mlp_input or mlp, flat_mlp),
+        "mlp_output": _port("mlp_output", mlp_output or mlp, flat_mlp),
     }
     if down_proj is not None:
-        ports["mlp_hidden"] = Port(down_proj if mlp is None else f"{mlp}.{down_proj}", INPUT, flat_mlp)
+        ports["mlp_hidden"] = _port("mlp_hidden", down_proj if mlp is None else f"{mlp}.{down_proj}", flat_mlp)
     return ports
+
+
+def _port(component: str, module: str, flat: bool = False) -> Port:
+    """``component`` at ``module``, on the side its record (components.py) reads it."""
+    return Port(module, COMPONENTS[component].io, flat)
 
 
 MOE_HIDDEN = ("a sparse mixture-of-experts block has one down projection per expert and routes each "
@@ -231,17 +238,17 @@ def custom_layout(modules: Mapping[str, str], family: str) -> Layout:
     transform to a lens: a family that scales its logits needs a table entry.
     """
     attention, mlp = modules["attention"], modules["mlp"]
-    ports = {ATTENTION: Port(attention, OUTPUT), "attention_output": Port(attention, OUTPUT),
-             "mlp_input": Port(mlp, INPUT),
-             "mlp_output": Port(mlp, OUTPUT)}
+    ports = {ATTENTION: Port(attention, OUTPUT), "attention_output": _port("attention_output", attention),
+             "mlp_input": _port("mlp_input", mlp),
+             "mlp_output": _port("mlp_output", mlp)}
     absent = {}
     if modules.get("attention_projection"):
-        ports["attention_z"] = Port(modules["attention_projection"], INPUT)
+        ports["attention_z"] = _port("attention_z", modules["attention_projection"])
     else:
         absent["attention_z"] = ("the document's model.modules names no attention_projection",
                                  'add "attention_projection": "<attention>.<output projection>"')
     if modules.get("mlp_projection"):
-        ports["mlp_hidden"] = Port(modules["mlp_projection"], INPUT)
+        ports["mlp_hidden"] = _port("mlp_hidden", modules["mlp_projection"])
     else:
         absent["mlp_hidden"] = ("the document's model.modules names no mlp_projection",
                                 'add "mlp_projection": "<mlp>.<down projection>"')

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from ..components import INPUT
 from ..errors import EngineError
 from . import loading, provenance, standardize, steps, taps
 from .base import Engine
 from .complete import load_causal_lm
 from .facts import AnswersFromFacts, ModelFacts
-from .families import INPUT
+from .recipe import describe_model
 
 
 # --- where the tensor sits inside a module's value ------------------------------------------
@@ -122,22 +123,19 @@ class HooksEngine(AnswersFromFacts, Engine):
         nothing: no module boundary exposes the pattern, so ``locate`` refuses it here.
         """
         loading.quiet_loading()
-        ref = loading.model_ref(model_ref)
-        resolved = loading.resolve(ref.key, ref.revision, document=document, roots=models)
-        roots = loading.model_roots(models, document)
-        # first: it reports an unreachable hub id, and refuses a directory's own code
-        tokenizer = loading.load_tokenizer(resolved, roots, trust_remote_code=trust_remote_code)
+        # Found, config and tokenizer read, facts built, as the compiler does (first: an unreachable
+        # hub id and a directory's own code are refused before any weight is read).
+        described = describe_model(model_ref, document=document, models=models,
+                                   trust_remote_code=trust_remote_code)
+        resolved = described.resolved
         try:
             model = load_causal_lm(resolved, dict(
-                revision=loading.hub_revision(resolved), dtype=loading.torch_dtype(ref),
+                revision=loading.hub_revision(resolved), dtype=loading.torch_dtype(described.ref),
                 device_map=device_map, use_safetensors=True, trust_remote_code=bool(trust_remote_code)))
         except (OSError, ValueError) as err:
-            raise loading._hub_failure(resolved, err, roots) from None
+            raise loading._hub_failure(resolved, err, described.roots) from None
         loading.freeze(model)
-        facts = ModelFacts.from_config(model.config, tokenizer, key=ref.key, revision=resolved.revision,
-                                       modules=ref.modules, weights=resolved.weights,
-                                       config_digest=resolved.config)
-        return cls(model, facts)
+        return cls(model, described.facts)
 
     # --- compile time -------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ Beyond the module components:
     attention_probs   nnterp's ``attention_probabilities[l]`` (the pattern after softmax and dropout,
                       what multiplies v), shown as (rows, queries, heads·keys), heads-major. It
                       needs eager attention, chosen at load: ``load(..., attention_probs=True)``
-                      (the runner asks for it when a document names the component); an engine
+                      (``causalab_mini.load`` asks for it when a document names the component); an engine
                       loaded without it refuses the component at compile time, and so does a
                       family whose pattern nnterp 1.3.0 cannot reach (GPT-2, GPT-J, GPT-Neo).
 
@@ -56,13 +56,14 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from ..components import INPUT
 from ..errors import CausalabError, CompileError, EngineError, ModelError, Unsupported
 from ..plan import plan as plan_module
 from . import loading, provenance, steps, taps
 from . import standardize
 from .complete import load_causal_lm
 from .facts import AnswersFromFacts, ModelFacts
-from .families import INPUT
+from .recipe import describe_model
 
 # The call whose arguments are q, k and v after reshape and rotary, matched on the source
 # line: nnsight names an operation {callable}_{occurrence}, and a line is what a reader sees.
@@ -179,17 +180,13 @@ class NNterpEngine(AnswersFromFacts):
         ``dispatch=False``; nnterp's ``remote=True`` checks its renaming by a scan, never a forward)."""
         loading.quiet_loading()
 
-        ref = loading.model_ref(model_ref)
-        resolved = loading.resolve(ref.key, ref.revision, document=document, roots=models, hash_weights=weights)
-        roots = loading.model_roots(models, document)
         # Config and tokenizer read the way explain reads them, so a missing model is refused
         # as a ModelError naming the key rather than inside nnsight — and nnsight is handed
         # that tokenizer, so the compiler and the run share one object.
-        config = loading.load_config(resolved, roots, trust_remote_code=trust_remote_code)
-        tokenizer = loading.load_tokenizer(resolved, roots, trust_remote_code=trust_remote_code)
-        facts = ModelFacts.from_config(config, tokenizer, key=ref.key, revision=resolved.revision,
-                                       modules=ref.modules, weights=resolved.weights,
-                                       config_digest=resolved.config)
+        described = describe_model(model_ref, document=document, models=models,
+                                   trust_remote_code=trust_remote_code, hash_weights=weights)
+        ref, resolved, roots = described.ref, described.resolved, described.roots
+        tokenizer, facts = described.tokenizer, described.facts
         # After the config and tokenizer: a model refused there (its own code, a missing key) is
         # refused before the ~5 s import that only this engine pays.
         from nnterp import StandardizedTransformer
@@ -245,7 +242,7 @@ class NNterpEngine(AnswersFromFacts):
             raise Unsupported(f"{path}.component", "attention_probs needs eager attention, chosen at "
                               "load, and this model was loaded without attention probabilities",
                               "load it with NNterpEngine.load(..., attention_probs=True); "
-                              "`causalab-mini run` (runner.load_engine) does that when a document "
+                              "`causalab-mini run` and causalab_mini.load do that when a document "
                               "names attention_probs")
         self._point(address, path)  # every interior and projection is found now, not in a trace
         return address

@@ -1,7 +1,7 @@
 """Every engine by name: the one list of engines the project reads.
 
 An engine is a module under ``causalab_mini/engine/`` whose class loads a model and executes a
-plan. The CLI's ``--engine`` choices and help, ``vocab``, the runner, the compiler's refusals and
+plan. The CLI's ``--engine`` choices and help, ``vocab``, ``causalab_mini.load``, the compiler's refusals and
 the pytest plugin all read the records below, so adding an engine is: write its module, add its
 record to ``RECORDS``.
 

@@ -9,10 +9,12 @@ module by one rule.
 
 Resolution is lazy — a component is found when a document taps it — so a family whose
 MLP has no single down projection still runs every document that never asks for
-``mlp_hidden``. Three modules need no family knowledge, because transformers publishes
-them: the embeddings (``get_input_embeddings``), the head (``get_output_embeddings``)
-and the model's own ``logits``. Every module found is checked against the widths the
-compiler addressed, and a miss is refused naming the component, the family and the path.
+``mlp_hidden``. Which module role and which side a component is read at is its record
+(``components.py``); the layout spells where that role is in the family. Three modules
+need no family knowledge, because transformers publishes them: the embeddings
+(``get_input_embeddings``), the head (``get_output_embeddings``) and the model's own
+``logits``. Every projection found is checked against the width the compiler addressed
+(the record's width rule), and a miss is refused naming the component, the family and the path.
 """
 from __future__ import annotations
 
@@ -21,8 +23,10 @@ from typing import Any, Optional
 
 from torch import nn
 
+from ..components import (COMPONENTS, INPUT_EMBEDDINGS, INTERIORS, LAYER, LN_FINAL, MODEL, OUTPUT_EMBEDDINGS,
+                          PROJECTIONS)
 from ..errors import CompileError, ModelError
-from .families import ATTENTION, INPUT, OUTPUT
+from .families import ATTENTION
 
 ROOT = ""  # the path of the top-level model: its output's ``logits`` is the ``logits`` component
 
@@ -32,7 +36,7 @@ class Where:
     """A component's place: the module's dotted path (ROOT for the model itself) and its side."""
 
     path: str
-    io: str  # INPUT or OUTPUT
+    io: str  # INPUT or OUTPUT; INSIDE for an interior, reached inside the module's forward
     flat: bool = False  # the module sees (rows·seq, width): families.Port.flat
 
 
@@ -52,27 +56,28 @@ def where(model: nn.Module, facts: Any, component: str, layer: Optional[int], pa
     ``facts`` is the compiler's ``ModelFacts``: its layout, and the widths a projection's
     input must have. ``path`` is the document path refusals name.
     """
-    if component == "embeddings":
-        return Where(_module_path(model, model.get_input_embeddings(), "input embeddings"), OUTPUT)
-    if component == "lm_head":
-        return Where(_module_path(model, model.get_output_embeddings(), "output embeddings"), OUTPUT)
-    if component == "logits":
-        return Where(ROOT, OUTPUT)
+    role, io = COMPONENTS[component].module, COMPONENTS[component].io
+    if role == INPUT_EMBEDDINGS:
+        return Where(_module_path(model, model.get_input_embeddings(), "input embeddings"), io)
+    if role == OUTPUT_EMBEDDINGS:
+        return Where(_module_path(model, model.get_output_embeddings(), "output embeddings"), io)
+    if role == MODEL:
+        return Where(ROOT, io)
     layout = facts.layout
     if layout is None:  # ModelFacts.locate refused it at compile time; a plan compiled elsewhere may not have
         raise CompileError(f"{path}.component", f"{facts.key} cannot address {component}",
                            facts.refusal(component, "hooks") or "")
-    if component == "ln_final":
+    if role == LN_FINAL:
         _find(model, layout.ln_final, component, layout.family, path)
-        return Where(layout.ln_final, OUTPUT)
+        return Where(layout.ln_final, io)
     layers = layer_list(model, facts, path)
     base = f"{layout.layers}.{layer}"
-    if component in ("block_input", "block_output"):
-        return Where(base, INPUT if component == "block_input" else OUTPUT)
-    if component in _INTERIORS:  # inside the attention forward: the nnterp engine reaches it there
+    if role == LAYER:
+        return Where(base, io)
+    if component in INTERIORS:  # inside the attention forward: the nnterp engine reaches it there
         attention = layout.ports[ATTENTION].module
         _find(layers[layer], attention, component, layout.family, path)
-        return Where(f"{base}.{attention}", OUTPUT)
+        return Where(f"{base}.{attention}", io)
     port = layout.port(component)
     if port is None:
         raise CompileError(f"{path}.component", f"{layout.family}'s layout does not place {component}",
@@ -80,9 +85,6 @@ def where(model: nn.Module, facts: Any, component: str, layer: Optional[int], pa
     module = _find(layers[layer], port.module, component, layout.family, path)
     _check_width(module, component, facts, path)
     return Where(f"{base}.{port.module}", port.io, port.flat)
-
-
-_INTERIORS = frozenset({"attention_query", "attention_key", "attention_value", "attention_probs"})
 
 
 def layer_list(model: nn.Module, facts: Any, path: str = "model") -> nn.ModuleList:
@@ -115,7 +117,8 @@ def _in_width(module: nn.Module) -> Optional[int]:
 
 def _check_width(module: nn.Module, component: str, facts: Any, path: str) -> None:
     """A projection whose input the compiler addressed must take exactly that width."""
-    expected = {"attention_z": facts.n_heads * facts.head_dim, "mlp_hidden": facts.d_mlp}.get(component)
+    comp = COMPONENTS[component]
+    expected = comp.width_of(facts) if comp.module in PROJECTIONS else None
     got = _in_width(module) if expected is not None else None
     if got is not None and got != expected:
         raise ModelError(f"{path}.component", f"{facts.layout.family}: the module at {component} takes "

@@ -154,16 +154,15 @@ def model_bounds(model: str = "tiny-llama", *, models=None) -> dict:
     return dict(_bounds(_model_dir(model, models)))
 
 
+# The bounds carry the sizes under ModelFacts' own names, so each component's record (its width
+# rule and head count, read through vocab) sizes a drawn site exactly as the compiler does.
+
 def _head_count(b: dict, component: str) -> int:
-    return b["n_kv_heads"] if component in ("attention_key", "attention_value") else b["n_heads"]
+    return vocab.COMPONENTS[component].heads_of(SimpleNamespace(**b))
 
 
 def _width(b: dict, component: str) -> int:
-    if component == "mlp_hidden":
-        return b["d_mlp"]
-    if vocab.COMPONENTS[component].selector == "heads":
-        return _head_count(b, component) * b["head_dim"]
-    return b["d_model"]
+    return vocab.COMPONENTS[component].width_of(SimpleNamespace(**b))
 
 
 def _prompt_text(row: dict, field: str):
