@@ -89,8 +89,8 @@ def read(source: Union[PathLike, dict, Document], *, path: Optional[PathLike] = 
     if isinstance(source, dict):
         raw, where = copy.deepcopy(source), (Path(path).resolve() if path else None)
     else:
+        raw = documents.read(Path(source))  # a refusal names the file as the user wrote it, not its link's target
         where = Path(source).resolve()
-        raw = documents.read(where)
     return Document(raw, where, tuple(documents.points(raw)))
 
 

@@ -256,8 +256,9 @@ class Session:
 
     def model_key(self, doc: causalab_mini.Document, engine: str) -> tuple:
         ref = doc.model
-        # An ndif shell's weights are the server's: the key is read from the document, no file hashed.
-        resolved = causalab_mini.resolve_model(doc, models=list(self.settings.models), hash_weights=engine != "ndif")
+        # A remote engine's shell has the server's weights: the key is read from the document, no file hashed.
+        resolved = causalab_mini.resolve_model(doc, models=list(self.settings.models),
+                                               hash_weights=engine in causalab_mini.LOCAL_ENGINES)
         # The module names a document gives (model.modules) decide which modules the engine taps.
         modules = tuple(sorted(ref.modules.model_dump().items())) if ref.modules else None
         return (resolved.source, resolved.revision, ref.dtype, engine, self.device_map,

@@ -131,7 +131,7 @@ class ModelFacts:
         if component in self.absent:
             problem, fix = self.absent[component]
             return f"{component} does not exist on {layout.family}: {problem}; {fix}"
-        if engine == "hooks" and not comp.hooks:
+        if engine not in TRACED and not comp.hooks:  # an engine of module hooks, not of nnsight's tracing
             return (f"{component} is interior to a module's forward (no module boundary exposes it), "
                     "so a forward hook cannot reach it; run this document with --engine nnterp")
         if engine in TRACED and component in QKV and not layout.attention_call:

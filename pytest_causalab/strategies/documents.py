@@ -311,7 +311,7 @@ def _document(draw, model: str, data: str, models, data_roots, sweeps: bool, sco
             if not others:
                 continue
             metric["b"] = draw(st.sampled_from(others))
-        metrics[_METRIC_NAMES[kind]] = metric
+        metrics[_METRIC_NAMES.get(kind, kind)] = metric  # a kind registered later goes by its own name
     if not metrics:  # data with one answer column and only logit_diff drawn
         metrics["p_answer"] = {"kind": "token_prob", "of": "logits", "token": answers[0]}
     saved = draw(st.lists(st.sampled_from(sorted(metrics)), unique=True, max_size=len(metrics)))
