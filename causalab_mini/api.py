@@ -21,11 +21,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Optional, Union
 
-from . import documents, formats, run_files
+from . import formats
+from .document import read as front
+from .document.expect import Expectation
 from .engine import registry
 from .errors import PlanError
-from .plan.expect import Expectation
-from .results import Point, Run, Scored, Result, point_name, stem
+from .outputs import run_files
+from .outputs.results import Point, Run, Scored, Result, point_name, stem
+from .plan import compile as compiler
 from .timing import Clock
 
 PathLike = Union[str, Path]
@@ -61,7 +64,7 @@ class Document:
     @property
     def shape(self) -> str:
         """``"protocol"`` (data + method) or ``"plan-shaped"`` (sites, interventions, steps)."""
-        return documents.shape(self.raw)
+        return front.shape(self.raw)
 
     @property
     def attention_probs(self) -> bool:
@@ -89,9 +92,9 @@ def read(source: Union[PathLike, dict, Document], *, path: Optional[PathLike] = 
     if isinstance(source, dict):
         raw, where = copy.deepcopy(source), (Path(path).resolve() if path else None)
     else:
-        raw = documents.read(Path(source))  # a refusal names the file as the user wrote it, not its link's target
+        raw = front.read(Path(source))  # a refusal names the file as the user wrote it, not its link's target
         where = Path(source).resolve()
-    return Document(raw, where, tuple(documents.points(raw)))
+    return Document(raw, where, tuple(front.points(raw)))
 
 
 def points(document: Union[PathLike, dict, Document]) -> tuple:
@@ -109,9 +112,9 @@ def compile(document: Union[PathLike, dict, Document], *, engine: str = "nnterp"
     doc = read(document)
     if loaded is None:
         registry.engine_class(engine)  # an unknown name is refused before the model is looked up
-    return documents.compile_plan(doc.raw, document=doc.path, models=models, data=data, engine=engine,
-                                  facts=loaded, trust_remote_code=trust_remote_code, valid=list(doc.points),
-                                  share=share)
+    return compiler.compile_plan(doc.raw, document=doc.path, models=models, data=data, engine=engine,
+                                 facts=loaded, trust_remote_code=trust_remote_code, valid=list(doc.points),
+                                 share=share)
 
 
 def expectation(raw: dict, *, where: str = "expect") -> Expectation:
@@ -119,7 +122,7 @@ def expectation(raw: dict, *, where: str = "expect") -> Expectation:
     is a DocumentError naming the field under ``where``."""
     from pydantic import ValidationError
 
-    from .plan.document_errors import document_error
+    from .document.errors import document_error
 
     try:
         return Expectation.model_validate(raw)
@@ -191,7 +194,7 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     ``point.value(name)``, a CPU tensor as read: rows in the dataset's order, then the read's
     positions, then its width. Nothing on disk changes (a step's ``outputs`` and ``saves`` put a
     read in a file); a name no pass reads is refused before the load."""
-    from .plan.write import check_out
+    from .outputs.write import check_out
     from .running.assemble import document_run
     from .running.execution import Execution
     from .running.options import RunOptions
@@ -224,8 +227,8 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
 
 def _check_targets(out: Path, execution) -> None:
     """Refuse, before the first forward, a file of the run whose place in ``out`` cannot take it."""
+    from .outputs.write import check_targets, planned_files
     from .plan.plan import Plan
-    from .plan.write import check_targets, planned_files
 
     slots = list(execution.slots.values())
     if execution.flat:
@@ -254,7 +257,7 @@ def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as ru
     plugin's ``--causalab-out``) read back as a ``Run``: the metrics its document saves as
     ``.json`` and the tensors it saves as ``.safetensors``, without a model or a rerun.
     A folder whose write did not finish is refused, never read as a result."""
-    from .plan.write import RUN, state
+    from .outputs.write import RUN, state
 
     directory = Path(directory)
     found = state(directory)
@@ -264,7 +267,7 @@ def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as ru
         raise PlanError(str(directory), problem, "open the folder a run wrote (the one holding run.json), "
                         "or run the document again")
     # run.json first, with every file it lists present, so a damaged folder is refused naming
-    # the file before any of it is read as a result (run_files.py says why).
+    # the file before any of it is read as a result (outputs/run_files.py says why).
     record = run_files.record(directory)
     doc = read(run_files.json_object(directory / "document.json", directory), path=directory / "document.json")
     engine = registry.engine_name(record.get("engine"), remote=bool(record.get("remote")))

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
-from .plan.expect import Comparison, Expectation
+from .document.expect import Comparison, Expectation
 
 
 # --- run-time checks --------------------------------------------------------------------------

@@ -30,8 +30,8 @@ def _cmd_vocab(args) -> int:
 
 
 def _cmd_schema(args) -> int:
-    from .plan.document import ProtocolDocument
-    from .plan.spec import Spec
+    from .document.protocol import ProtocolDocument
+    from .document.spec import Spec
     schema = (ProtocolDocument if args.protocol else Spec).model_json_schema()
     print(json.dumps(schema, indent=1))
     return 0
@@ -62,13 +62,14 @@ def _cmd_validate(args) -> int:
 
 
 def _cmd_explain(args) -> int:
-    from . import api, documents
+    from . import api
+    from .plan.compile import model_facts
     from .plan.explain import explain, plan_json
     for i, path in enumerate(args.documents):
         doc = api.read(path)
         # The config and tokenizer, read once: the compile's facts, and the tokens explain shows.
-        facts = documents.model_facts(doc.points[0].spec, doc.path, args.models,
-                                      trust_remote_code=args.trust_remote_code)
+        facts = model_facts(doc.points[0].spec, doc.path, args.models,
+                            trust_remote_code=args.trust_remote_code)
         plan = api.compile(doc, engine=args.engine, loaded=facts, data=args.data, share=not args.no_share)
         if args.json:
             print(json.dumps(plan_json(plan), indent=1))
@@ -139,8 +140,9 @@ class _Watch:
 
 
 def _cmd_run(args) -> int:
-    from . import api, tables
+    from . import api
     from .engine.progress import listening
+    from .outputs import tables
     from .plan.show_tokens import notes
 
     # A progress bar only for a person watching: not with --quiet, not into a pipe or a log.
@@ -202,7 +204,8 @@ def _say_cached(ran) -> None:
 
 
 def _cmd_table(args) -> int:
-    from . import api, tables
+    from . import api
+    from .outputs import tables
 
     ran = api.open(args.directory)
     sys.stdout.write(tables.render(tables.records(ran, args.result), args.format))

@@ -1,6 +1,6 @@
 """Writing a file whole: a temporary name beside it, flushed to disk, renamed into place.
 
-Shared by the run writer (``plan/write.py``) and the plugin's baselines, so both leave
+Shared by the run writer (``outputs/write.py``) and the plugin's baselines, so both leave
 either the old file or the new one — never half of one — and both give the new file
 the permissions the user's umask asks for (``mkstemp`` alone makes every file 0600).
 """

@@ -1,6 +1,6 @@
 """JSON text as documents and data rows are read: parsed, then held to what the project can use.
 
-Shared by ``documents.read`` and ``data``'s JSON Lines reader, which wrap a ``Problem``
+Shared by ``document.read.read`` and ``data``'s JSON Lines reader, which wrap a ``Problem``
 in their own typed refusal. Python's ``json`` accepts things that fail later and far
 away: nesting deep enough to exhaust the stack, integers past the interpreter's
 4,300-digit conversion limit, ``"\\ud800"`` escapes that decode to lone surrogates,

@@ -1,6 +1,6 @@
 """Reading a file a user names: a regular file only, and never more bytes than a limit.
 
-Shared by ``documents.read``, ``data``'s split reader and the featurizer bundle header
+Shared by ``document.read.read``, ``data``'s split reader and the featurizer bundle header
 (``plan/featurizer_files``), which wrap a ``NotRegular`` or ``TooLarge`` in their own typed
 refusal. A size from ``stat`` bounds nothing on its own: ``/dev/zero`` (or a symlink to it)
 reports 0 bytes and reads forever, a FIFO reports 0 and blocks until someone writes, and a

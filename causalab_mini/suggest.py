@@ -74,7 +74,7 @@ def join(suggestion: str, fix: str) -> str:
 class HintedValueError(ValueError):
     """A ``ValueError`` that also carries a fix: raised inside a pydantic validator (a position,
     a mechanism's parameters), its ``fix`` becomes the DocumentError's fix
-    (``plan.document_errors.document_error``) while ``str()`` stays the problem alone."""
+    (``document.errors.document_error``) while ``str()`` stays the problem alone."""
 
     def __init__(self, problem: str, fix: str = "") -> None:
         super().__init__(problem)

@@ -18,7 +18,7 @@ from typing import Callable, Iterable, Optional, Union
 
 from . import api
 from .errors import PlanError
-from .results import Run
+from .outputs.results import Run
 from .running.execution import chosen
 from .running.options import RunOptions
 from .timing import Clock
@@ -38,7 +38,7 @@ def run_points(document, names: Optional[Iterable[str]] = None, *, engine: str =
     are stacked into one model call (each point's run.json then records it). The rest as ``run``'s. Everything that
     can refuse does so before the first forward; a failure of one point fails the call (run the
     points one by one to tell them apart)."""
-    from .plan.write import check_out
+    from .outputs.write import check_out
 
     doc = api.read(document)
     if len(doc.points) == 1 and doc.points[0].name is None:
@@ -72,7 +72,7 @@ def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[
     them. Every document is run on ``loaded``, as ``run(loaded=...)`` runs it: group documents by
     the model they name. Everything that can refuse does so before the first forward. ``clock``:
     where the caller measured the load (each point's run.json records its timing)."""
-    from .plan.write import check_out, check_targets, planned_files
+    from .outputs.write import check_out, check_targets, planned_files
     from .running.assemble import point_run
     from .running.execution import Execution
 

@@ -111,7 +111,7 @@ class PointFailure(Exception):
 class PointItem(pytest.Item):
     def __init__(self, *, valid, **kwargs):
         super().__init__(**kwargs)
-        self.valid = valid  # documents.ValidPoint: name, spec, document, coords
+        self.valid = valid  # document.read.ValidPoint: name, spec, document, coords
         coords = {axis: marker_value(v) for axis, v in valid.coords}
         self.add_marker(pytest.mark.causalab)
         self.add_marker(pytest.mark.point(**coords))

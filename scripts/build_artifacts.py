@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import causalab_mini as cm  # noqa: E402
-from causalab_mini.plan.write import safetensors_bytes, write  # noqa: E402
+from causalab_mini.outputs.write import safetensors_bytes, write  # noqa: E402
 
 V2 = ROOT / "documents" / "v2"
 ARTIFACTS = ROOT / "documents" / "v2" / "artifacts"

@@ -88,7 +88,8 @@ def warm(engines):
 
     import causalab_mini as cm
 
-    for module in ("causalab_mini.api", "causalab_mini.results", "causalab_mini.plots", "causalab_mini.tables"):
+    for module in ("causalab_mini.api", "causalab_mini.outputs.results", "causalab_mini.plots",
+                   "causalab_mini.outputs.tables"):
         importlib.import_module(module)
 
     path = V2 / "patching.causalab.json"

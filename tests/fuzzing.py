@@ -105,10 +105,10 @@ class Blob(bytes):
 def warm_up(paths, data=None) -> None:
     """Compile each document once, unmeasured: the imports and caches a process's first compile
     fills (transformers, the tokenizers, pydantic's validators) are not an example's allocation."""
-    from causalab_mini import documents
+    from causalab_mini.plan import compile as compiler
 
     for path in paths:
-        documents.compile_plan(json.loads(Path(path).read_text()), document=path, data=data)
+        compiler.compile_plan(json.loads(Path(path).read_text()), document=path, data=data)
 
 
 def bounded(call, *, bound: int = MEMORY_BOUND):

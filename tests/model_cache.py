@@ -43,14 +43,15 @@ class EngineCache:
         for a model section it is the argument. ``models``: model folders searched, as
         ``--models``.
         """
-        from causalab_mini import api, documents
+        from causalab_mini import api
+        from causalab_mini.document import read as front
         from causalab_mini.engine import loading, registry
 
         if isinstance(source, Path):
             document = source if document is None else document
-            source = documents.read(source)
+            source = front.read(source)
         if "model" in source:
-            points = documents.points(source)
+            points = front.points(source)
             model = points[0].spec.model
             attention_probs = api.uses_attention_probs(points)
         else:

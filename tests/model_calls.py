@@ -34,7 +34,7 @@ def untimed(path) -> bytes:
 def untimed_bytes(name: str, data: bytes) -> bytes:
     """``data``, the bytes of file ``name``; a run.json's parsed, its ``timing`` dropped and written
     back as the writer writes it, so everything else in it is compared byte for byte."""
-    from causalab_mini.plan.write import RUN, json_bytes
+    from causalab_mini.outputs.write import RUN, json_bytes
 
     if name.rsplit("/", 1)[-1] != RUN:
         return data

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from causalab_mini import cli, documents
+from causalab_mini import cli
 from causalab_mini.errors import CompileError
+from causalab_mini.plan import compile as compiler
 from paths import DATA, MODELS
 from samples import patching_document
 
@@ -62,7 +63,7 @@ def test_answers_that_share_a_token_are_excluded_by_name_at_compile_time(tmp_pat
     tok = AutoTokenizer.from_pretrained(MODELS / model)
     (s1, s2), (a1, a2) = pairs(tok)
     data = dataset(tmp_path, [(a1, a2), (s1, s2), (a2, a1), (s2, s1)])
-    plan = documents.compile_plan(document(model), models=[MODELS], data=[data])
+    plan = compiler.compile_plan(document(model), models=[MODELS], data=[data])
     score = plan.steps["score"]
     metrics = {m.name: m for m in score.metrics}
     for name in ("logit_diff", "iia"):  # the match is held apart from the logit_diff's other answer
@@ -88,7 +89,7 @@ def test_a_metric_whose_every_row_compares_a_token_with_itself_is_refused(tmp_pa
     (s1, s2), _ = pairs(tok)
     data = dataset(tmp_path, [(s1, s2), (s2, s1)])
     with pytest.raises(CompileError) as caught:
-        documents.compile_plan(document(model), models=[MODELS], data=[data])
+        compiler.compile_plan(document(model), models=[MODELS], data=[data])
     token = tok.convert_ids_to_tokens(pieces(tok, s1)[0])
     assert str(caught.value) == (
         f"interventions.patching.metrics.iia: every row's answers share their scored token (2 of 2: example 0: "
@@ -108,7 +109,7 @@ def test_a_single_answer_metric_compares_nothing_unless_told(tmp_path):
     metrics["p"] = {"kind": "token_prob", "of": "logits", "token": "cf_answer"}
     metrics["p_apart"] = {"kind": "token_prob", "of": "logits", "token": "cf_answer", "distinct_from": "base_answer"}
     raw["steps"]["score"]["saves"] = [{"value": "p", "file_path": "p.json"}]
-    plan = documents.compile_plan(raw, models=[MODELS], data=[data])
+    plan = compiler.compile_plan(raw, models=[MODELS], data=[data])
     got = {m.name: m for m in plan.steps["score"].metrics}
     assert got["p"].column_reasons == ("", "") and got["p"].compared == (("token", "cf_answer"),)
     assert got["p_apart"].column_reasons == ("", "answers_share_token")
@@ -116,7 +117,7 @@ def test_a_single_answer_metric_compares_nothing_unless_told(tmp_path):
 
 
 def test_distinct_from_leaves_an_experiment_that_never_used_it_unchanged():
-    from causalab_mini.plan.spec import validate_spec
+    from causalab_mini.document.spec import validate_spec
 
     raw = patching_document()
     before = validate_spec(raw).produced_by

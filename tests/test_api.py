@@ -531,7 +531,7 @@ def test_open_refuses_a_folder_that_is_not_a_run(tmp_path):
 
 
 def test_open_refuses_an_unfinished_run(sweep, tmp_path):
-    from causalab_mini.plan.write import INCOMPLETE, state
+    from causalab_mini.outputs.write import INCOMPLETE, state
 
     copy_of = tmp_path / "copy"
     shutil.copytree(sweep.out, copy_of)

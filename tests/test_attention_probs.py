@@ -28,10 +28,10 @@ import torch
 pytest.importorskip("nnterp")
 
 import causalab_mini as cm  # noqa: E402
-from causalab_mini.documents import compile_plan  # noqa: E402
 from causalab_mini.engine.nnterp import NNterpEngine  # noqa: E402
 from causalab_mini.errors import CompileError, Unsupported  # noqa: E402
 from causalab_mini.plan.build import keyed  # noqa: E402
+from causalab_mini.plan.compile import compile_plan  # noqa: E402
 
 FAMILIES = ("tiny-llama", "tiny-gemma2")
 MODULES = {"tiny-llama": "transformers.models.llama.modeling_llama",

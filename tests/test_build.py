@@ -15,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from causalab_mini.documents import compile_plan
+from causalab_mini.document.spec import MAX_EPOCHS
 from causalab_mini.engine import loading
 from causalab_mini.errors import CompileError, DataError, ModelError, PlanError
+from causalab_mini.plan.compile import compile_plan
 from causalab_mini.plan.explain import explain
 from causalab_mini.plan.plan import Fit, Observe, Plan
-from causalab_mini.plan.spec import MAX_EPOCHS
 from paths import DATA, MODELS, REPO
 from samples import patching_document
 
@@ -628,11 +628,13 @@ else:
     if mode == "control":  # the guards are live: loading the model the usual way must trip one
         transformers.AutoModelForCausalLM.from_pretrained(Path(models) / "tiny-llama")
 
-from causalab_mini import cli, documents
+from causalab_mini import cli
+from causalab_mini.document.read import read
+from causalab_mini.plan.compile import compile_plan
 from causalab_mini.plan.explain import explain
 
-raw = documents.read(document)
-plan = documents.compile_plan(raw, document=Path(document), models=[models], data=[data])
+raw = read(document)
+plan = compile_plan(raw, document=Path(document), models=[models], data=[data])
 out = io.StringIO()
 with contextlib.redirect_stdout(out):
     rc = cli.main(["explain", document, "--models", models, "--data", data])

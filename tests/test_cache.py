@@ -24,7 +24,7 @@ import causalab_mini as cm
 from causalab_mini import CacheError, cache, cli
 from causalab_mini.cache import Entry, Store, served
 from causalab_mini.engine import provenance
-from causalab_mini.results import Result, Scored
+from causalab_mini.outputs.results import Result, Scored
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

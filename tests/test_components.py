@@ -21,10 +21,12 @@ import pytest
 
 import families
 from paths import DATA, MODELS
-from causalab_mini import components, documents
+from causalab_mini import components
 from causalab_mini.components import COMPONENTS, INPUT, INSIDE, OUTPUT
+from causalab_mini.document import read as front
 from causalab_mini.engine import families as layouts
 from causalab_mini.errors import CompileError, ModelError
+from causalab_mini.plan import compile as compiler
 
 SHIPPED = ("tiny-llama", "tiny-gpt2", "tiny-gemma2")
 GROUPED = "llama"  # tests/families.py's llama: 2 key/value heads of 4, an MLP 48 wide of a 32-wide residual
@@ -118,7 +120,7 @@ def test_each_engine_reports_and_reads_the_width_the_record_gives(engines, group
 
     reached = [n for n in sized if engine._facts.refusal(n, engine.name) is None]
     assert set(sized) - set(reached) <= (components.INTERIORS if engine_name == "hooks" else set())
-    plan = documents.compile_plan(_reads_every(model, reached), facts=engine, data=[DATA])
+    plan = compiler.compile_plan(_reads_every(model, reached), facts=engine, data=[DATA])
     results = engine.execute(plan).steps["read"].results
     for name in reached:
         value = results[f"o_{name}"]
@@ -144,8 +146,8 @@ FACT_FIELDS = ("key", "revision", "family", "num_layers", "d_model", "n_heads", 
 
 @pytest.mark.parametrize("model", SHIPPED)
 def test_the_compiler_and_both_engines_know_the_same_facts(engines, model):
-    spec = documents.points(_reads_every(model, ["block_output"]))[0].spec
-    compiled = documents.model_facts(spec, None, [MODELS])
+    spec = front.points(_reads_every(model, ["block_output"]))[0].spec
+    compiled = compiler.model_facts(spec, None, [MODELS])
     for engine_name in ENGINES:
         loaded = engines({"key": model, "dtype": "fp32"}, engine_name)._facts
         assert {f: getattr(loaded, f) for f in FACT_FIELDS} == {f: getattr(compiled, f) for f in FACT_FIELDS}
@@ -153,14 +155,14 @@ def test_the_compiler_and_both_engines_know_the_same_facts(engines, model):
 
 
 def _refusals(section: dict, roots) -> list[str]:
-    """What ``documents.model_facts`` and each engine's ``load`` refuse ``section`` with."""
+    """What ``compiler.model_facts`` and each engine's ``load`` refuse ``section`` with."""
+    from causalab_mini.document.spec import ModelRef
     from causalab_mini.engine.hooks import HooksEngine
     from causalab_mini.engine.nnterp import NNterpEngine
-    from causalab_mini.plan.spec import ModelRef
 
     said = []
-    for read in (lambda: documents.model_facts(SimpleNamespace(model=ModelRef.model_validate(section)), None,
-                                               roots),
+    for read in (lambda: compiler.model_facts(SimpleNamespace(model=ModelRef.model_validate(section)), None,
+                                              roots),
                  lambda: HooksEngine.load(section, models=roots),
                  lambda: NNterpEngine.load(section, models=roots)):
         with pytest.raises(ModelError) as refused:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from causalab_mini import documents
+from causalab_mini.document import read as front
 from causalab_mini.engine import loading
 from causalab_mini.errors import MissingArtifact
+from causalab_mini.plan import compile as compiler
 from causalab_mini.plan.plan import Fit, Observe, Operand, Plan, Weights, WriteOp
 from paths import CORPUS, DATA, DOCUMENTS, MODELS, V2
 
@@ -28,7 +29,7 @@ def _id(path: Path) -> str:
 
 
 def _v2(name: str) -> Path:
-    return V2 / f"{name}{documents.SUFFIX}"
+    return V2 / f"{name}{front.SUFFIX}"
 
 
 # --- independent facts: the data files, the tokenizer, the config ---------------------------
@@ -57,7 +58,7 @@ def _n_ids(key: str, text: str) -> int:
 def _featurizer_files(raw: dict, path: Path) -> list[Path]:
     """Every featurizer bundle a document (any point of it) loads, resolved against the document."""
     files = []
-    for point in documents.points(raw):
+    for point in front.points(raw):
         for feat in point.spec.featurizers.values():
             if feat.file_path:
                 files.append((path.parent / feat.file_path).resolve())
@@ -68,7 +69,7 @@ def _featurizer_files(raw: dict, path: Path) -> list[Path]:
 def _compiled(path: Path) -> Plan:
     """The plan with every point running its own forwards (``share=False``): each point as it
     would run alone. tests/test_share.py holds the shared plans to these."""
-    return documents.compile_plan(documents.read(path), document=path, share=False)
+    return compiler.compile_plan(front.read(path), document=path, share=False)
 
 
 def _ops(forward) -> list[tuple[str, str]]:
@@ -92,21 +93,21 @@ def _points(plan: Plan) -> dict:
 # --- every document ---------------------------------------------------------------------------
 
 def test_corpus_is_there():
-    names = {p.name.removesuffix(documents.SUFFIX) for p in V2.glob("*" + documents.SUFFIX)}
+    names = {p.name.removesuffix(front.SUFFIX) for p in V2.glob("*" + front.SUFFIX)}
     missing = set(EXPECTED_POINTS) - names
     assert not missing, f"corpus documents missing: {sorted(missing)}"
-    assert (DOCUMENTS / "protocol" / f"pos_sweep{documents.SUFFIX}").is_file()
+    assert (DOCUMENTS / "protocol" / f"pos_sweep{front.SUFFIX}").is_file()
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=_id)
 def test_validates(path):
-    raw = documents.read(path)
-    points = documents.points(raw)
+    raw = front.read(path)
+    points = front.points(raw)
     assert points
     for point in points:
         assert point.spec.header.description.strip(), "every corpus document explains itself"
     if path.parent.name == "protocol":
-        assert documents.shape(raw) == "protocol"
+        assert front.shape(raw) == "protocol"
 
 
 EXPECTED_POINTS = {
@@ -142,20 +143,20 @@ EXPECTED_POINTS = {
 
 @pytest.mark.parametrize("name", sorted(EXPECTED_POINTS))
 def test_point_names(name):
-    points = documents.points(documents.read(_v2(name)))
+    points = front.points(front.read(_v2(name)))
     assert [p.name for p in points] == EXPECTED_POINTS[name]
 
 
 def test_protocol_point_names():
-    points = documents.points(documents.read(DOCUMENTS / "protocol" / f"pos_sweep{documents.SUFFIX}"))
+    points = front.points(front.read(DOCUMENTS / "protocol" / f"pos_sweep{front.SUFFIX}"))
     assert [p.name for p in points] == ["pos=-1", "pos=-2", "pos=-3"]
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=_id)
 def test_revision_is_current(path):
     """A stale pin fails here, loudly, naming the digest to write (or the weights to restore)."""
-    raw = documents.read(path)
-    model = documents.points(raw)[0].spec.model
+    raw = front.read(path)
+    model = front.points(raw)[0].spec.model
     assert model.revision, f"{_id(path)} does not pin its model's revision"
     resolved = loading.resolve(model.key, None, document=path)
     assert resolved.local and Path(resolved.source).resolve().parent == MODELS.resolve(), \
@@ -168,16 +169,16 @@ def test_revision_is_current(path):
 
 @pytest.mark.parametrize("path", CORPUS, ids=_id)
 def test_compiles(path):
-    raw = documents.read(path)
+    raw = front.read(path)
     missing = [f for f in _featurizer_files(raw, path) if not f.is_file()]
     if missing:
         with pytest.raises(MissingArtifact, match="does not exist"):
-            documents.compile_plan(raw, document=path)
+            compiler.compile_plan(raw, document=path)
         return
     plan = _compiled(path)
     assert isinstance(plan, Plan)
     points = plan.points
-    assert len(points) == len(documents.points(raw))
+    assert len(points) == len(front.points(raw))
     for point in points:
         assert point.steps
         for _, step in point.walk():
@@ -220,11 +221,11 @@ def test_compiles_with_stand_in_artifacts(name, tmp_path):
     from safetensors.torch import save_file
 
     src = _v2(name)
-    raw = documents.read(src)
+    raw = front.read(src)
     (tmp_path / "v2" / "artifacts").mkdir(parents=True)
     doc = tmp_path / "v2" / src.name
     doc.write_text(src.read_text())
-    spec = documents.points(raw)[0].spec
+    spec = front.points(raw)[0].spec
     d = _config(spec.model.key).hidden_size
     ks = {}
     for fname, feat in spec.featurizers.items():
@@ -232,7 +233,7 @@ def test_compiles_with_stand_in_artifacts(name, tmp_path):
         k = feat.k or (16 if feat.kind == "sae" else 4)
         ks[fname] = k
         save_file(_stand_in(feat.kind, d, k), str((doc.parent / feat.file_path).resolve()))
-    plan = documents.compile_plan(raw, document=doc, models=[MODELS], data=[DATA])
+    plan = compiler.compile_plan(raw, document=doc, models=[MODELS], data=[DATA])
     for point in plan.points:
         specs = {s.name: s for s in point.steps["featurizers"].specs}
         assert {n: (s.d, s.k, s.trained) for n, s in specs.items()} == {n: (d, k, False) for n, k in ks.items()}
@@ -293,7 +294,7 @@ def test_patching_plan(name, key):
     assert [s.file_path for s in score.saves] == ["iia.json", "logit_diff.json"]
 
 
-@pytest.mark.parametrize("path", [_v2("pos_sweep"), DOCUMENTS / "protocol" / f"pos_sweep{documents.SUFFIX}"],
+@pytest.mark.parametrize("path", [_v2("pos_sweep"), DOCUMENTS / "protocol" / f"pos_sweep{front.SUFFIX}"],
                          ids=["plan-shaped", "protocol"])
 def test_pos_sweep_plan(path):
     points = _points(_compiled(path))
@@ -310,7 +311,7 @@ def test_pos_sweep_plan(path):
 
 def test_protocol_and_plan_shapes_compile_alike():
     plan = _points(_compiled(_v2("pos_sweep")))
-    proto = _points(_compiled(DOCUMENTS / "protocol" / f"pos_sweep{documents.SUFFIX}"))
+    proto = _points(_compiled(DOCUMENTS / "protocol" / f"pos_sweep{front.SUFFIX}"))
 
     def shape(point):
         (step,) = point.steps.values()
@@ -439,7 +440,7 @@ def test_dbm_plan():
 
 def test_random_subspace_control_is_untrained():
     (rot,) = _compiled(_v2("random_subspace_control")).steps["featurizers"].specs
-    das = documents.points(documents.read(_v2("das")))[0].spec.featurizers["rot"]
+    das = front.points(front.read(_v2("das")))[0].spec.featurizers["rot"]
     assert (rot.kind, rot.k, rot.trained, rot.file_path) == ("subspace", das.k, False, None)
     assert rot.seed != das.seed
 

@@ -8,11 +8,11 @@ from dataclasses import dataclass
 
 import pytest
 
-from causalab_mini import documents
+from causalab_mini.document import read as front
 from causalab_mini.errors import DocumentError
 from paths import V2
 from pytest_causalab import checks as expect  # the run-time half: evaluate, compare, render
-from causalab_mini.plan.expect import Comparison, Expectation
+from causalab_mini.document.expect import Comparison, Expectation
 
 SWEEP = V2 / "pos_sweep.causalab.json"
 
@@ -126,15 +126,15 @@ def _sweep(expectations):
 ])
 def test_a_document_with_a_wrong_expectation_is_refused_at_its_path(expectations, path, message):
     with pytest.raises(DocumentError) as err:
-        documents.points(_sweep(expectations))  # runs the collection-time checks
+        front.points(_sweep(expectations))  # runs the collection-time checks
     assert err.value.path == path and message in err.value.problem
 
 
 def test_expectations_are_outside_the_digest_and_in_the_schema():
-    plain = documents.points(_sweep([]))
-    tightened = documents.points(_sweep([{"result": "iia", "mean": {">": 0.9}}]))
+    plain = front.points(_sweep([]))
+    tightened = front.points(_sweep([{"result": "iia", "mean": {">": 0.9}}]))
     assert [p.spec.produced_by for p in plain] == [p.spec.produced_by for p in tightened]
-    from causalab_mini.plan.spec import Spec
+    from causalab_mini.document.spec import Spec
     schema = Spec.model_json_schema()
     assert {"result", "points", "mean", "all", "eligible"} <= set(schema["$defs"]["Expectation"]["properties"])
     assert schema["$defs"]["Comparison"]["anyOf"][0]["type"] == "number"
@@ -146,16 +146,16 @@ def test_a_sweep_points_document_keeps_its_own_expectations_and_stands_alone():
     exps = [{"result": "iia", "mean": 1, "points": ["pos=-1"]},
             {"result": "logit_diff", "all": {"<": 0}, "points": {"pos": [-2, -3]}},
             {"result": "iia", "eligible": 1}]
-    for point in documents.points(_sweep(exps)):
+    for point in front.points(_sweep(exps)):
         raw = point.document["header"]["expect"]
         want = [{k: v for k, v in e.items() if k != "points"} for e in exps
                 if Expectation.model_validate(e).applies(point.name, point.coords)]
         assert raw == want and [e.points for e in point.spec.header.expect] == [None] * len(want)
-        (alone,) = documents.points(point.document)
+        (alone,) = front.points(point.document)
         assert alone.name is None and alone.spec.produced_by == point.spec.produced_by
         assert [e.result for e in alone.spec.header.expect] == [e["result"] for e in want]
 
 
 def test_the_corpus_expectations_validate():
-    for path in sorted(SWEEP.parent.parent.rglob("*" + documents.SUFFIX)):
-        documents.points(copy.deepcopy(documents.read(path)))
+    for path in sorted(SWEEP.parent.parent.rglob("*" + front.SUFFIX)):
+        front.points(copy.deepcopy(front.read(path)))

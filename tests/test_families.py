@@ -25,8 +25,8 @@ import torch
 
 import families
 import causalab_mini as cm
-from causalab_mini import documents
 from causalab_mini.errors import CompileError
+from causalab_mini.plan import compile as compiler
 from paths import DATA
 
 pytestmark = pytest.mark.families
@@ -403,15 +403,15 @@ def test_a_component_a_checkpoint_lacks_is_refused_at_compile_time(family_root, 
         raw["interventions"]["reads"]["reads"] = {"r": {"site": "s", "pos": -1, "input": "base"}}
         raw["steps"]["reads"]["outputs"] = {"out": "r"}
         with pytest.raises(CompileError) as caught:
-            documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root],
-                                   data=[DATA])
+            compiler.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root],
+                                  data=[DATA])
         text = str(caught.value)
         assert text.startswith("sites.s.component:") and component in text and model_type in text, text
         assert "instead" in text, text
     if "ln_final" in absent(family):  # and a lens, which goes through the final norm
         with pytest.raises(CompileError, match="lens"):
-            documents.compile_plan(_with_lens(document(family, ("residual",))), document=family_root / "d.causalab.json",
-                                   models=[family_root], data=[DATA])
+            compiler.compile_plan(_with_lens(document(family, ("residual",))), document=family_root / "d.causalab.json",
+                                  models=[family_root], data=[DATA])
 
 
 def _with_lens(raw: dict) -> dict:

@@ -36,9 +36,9 @@ import torch
 import families
 from test_families import FAMILY_NAMES, REFERENCE, _folder, _observe, document
 import causalab_mini as cm
-from causalab_mini import documents
 from causalab_mini.engine.families import FAMILIES as LAYOUTS
 from causalab_mini.errors import CompileError
+from causalab_mini.plan import compile as compiler
 from paths import DATA
 
 pytestmark = pytest.mark.families
@@ -189,7 +189,7 @@ def refusal(root: Path, family: str, component: str) -> str:
     _folder(root, family)
     raw = interiors(family, (component,))
     with pytest.raises(CompileError) as caught:
-        documents.compile_plan(raw, document=root / "d.causalab.json", models=[root], data=[DATA])
+        compiler.compile_plan(raw, document=root / "d.causalab.json", models=[root], data=[DATA])
     text = str(caught.value)
     assert text.startswith(f"sites.{component}.component:"), text
     assert component in text and _model_type(family) in text, text

@@ -19,9 +19,10 @@ import torch
 
 import families
 import causalab_mini as cm
-from causalab_mini import documents
+from causalab_mini.document import read as front
 from causalab_mini.engine.facts import ModelFacts
 from causalab_mini.errors import CompileError, DocumentError
+from causalab_mini.plan import compile as compiler
 from causalab_mini.vocab import COMPONENTS
 from paths import DATA, REPO
 from test_families import REFERENCE, Hand, absent, document
@@ -68,7 +69,7 @@ def test_a_unit_or_head_past_the_end_is_refused_at_compile_time(family_root, fam
     raw = document(family, ("mlp_units",))
     raw["sites"]["units1"]["units"] = [facts.d_mlp]  # one past the last neuron
     with pytest.raises(CompileError) as caught:
-        documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
+        compiler.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
     if "mlp_hidden" in absent(family):  # a sparse MoE block, or never called: refused as a component first
         assert "mlp_hidden does not exist" in str(caught.value)
     else:
@@ -78,7 +79,7 @@ def test_a_unit_or_head_past_the_end_is_refused_at_compile_time(family_root, fam
     raw = document(family, ("heads",))
     raw["sites"]["head1"]["heads"] = [facts.n_heads]
     with pytest.raises(CompileError, match=rf"head\(s\) \[{facts.n_heads}\] past the end"):
-        documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
+        compiler.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
 
 
 @pytest.mark.parametrize("family", FAMILY_NAMES)
@@ -100,8 +101,8 @@ def test_a_refused_component_names_the_family_on_both_engines_at_compile_time(fa
     families.build(family, family_root / family)
     for engine in ("nnterp", "hooks"):
         with pytest.raises(CompileError) as caught:
-            documents.compile_plan(document(family, ("mlp_units",)), document=family_root / "d.causalab.json",
-                                   models=[family_root], data=[DATA], engine=engine)
+            compiler.compile_plan(document(family, ("mlp_units",)), document=family_root / "d.causalab.json",
+                                  models=[family_root], data=[DATA], engine=engine)
         assert family in str(caught.value) and "mlp_input, mlp_output" in str(caught.value)
 
 
@@ -135,8 +136,8 @@ def test_an_unknown_family_is_refused_by_name(family_root, unknown):
 
     assert UNKNOWN not in FAMILIES
     with pytest.raises(CompileError) as caught:
-        documents.compile_plan(document(UNKNOWN, ("residual",)), document=family_root / "d.causalab.json",
-                               models=[family_root], data=[DATA])
+        compiler.compile_plan(document(UNKNOWN, ("residual",)), document=family_root / "d.causalab.json",
+                              models=[family_root], data=[DATA])
     text = str(caught.value)
     assert text.startswith("sites.resid0.component:") and f"'{UNKNOWN}'" in text and '"modules"' in text
 
@@ -168,7 +169,7 @@ def test_named_modules_cover_only_what_they_name(family_root, unknown):
     raw = document(UNKNOWN, ("mlp_units",))
     raw["model"]["modules"] = {k: v for k, v in ARCEE_MODULES.items() if k != "mlp_projection"}
     with pytest.raises(CompileError, match="names no mlp_projection"):
-        documents.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
+        compiler.compile_plan(raw, document=family_root / "d.causalab.json", models=[family_root], data=[DATA])
     raw["model"]["modules"] = {**ARCEE_MODULES, "mlp_projection": "mlp.no_such"}
     doc = cm.read(raw, path=family_root / "d.causalab.json")
     engine = cm.load(doc, engine="hooks", models=[family_root])
@@ -185,7 +186,7 @@ def test_malformed_modules_are_refused_at_their_path(modules, where):
     raw = document(UNKNOWN, ("residual",))
     raw["model"]["modules"] = modules
     with pytest.raises(DocumentError) as caught:
-        documents.points(raw)
+        front.points(raw)
     assert str(caught.value).startswith(where)
 
 
@@ -233,9 +234,9 @@ def test_model_modules_enter_produced_by_only_when_named():
     """Naming modules changes the experiment's digest; a document that names none keeps the digest
     it had before the field existed (so committed baselines stay valid)."""
     raw = document(UNKNOWN, ("residual",))
-    plain = documents.points(raw)[0].spec
+    plain = front.points(raw)[0].spec
     assert "modules" not in plain.canonical()["model"]
     raw["model"]["modules"] = ARCEE_MODULES
-    named = documents.points(raw)[0].spec
+    named = front.points(raw)[0].spec
     assert named.canonical()["model"]["modules"] == {**ARCEE_MODULES}
     assert named.produced_by != plain.produced_by

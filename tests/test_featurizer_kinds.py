@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from causalab_mini import vocab
+from causalab_mini.document.spec import Featurizer, validate_spec
 from causalab_mini.errors import DocumentError
 from causalab_mini.ops import featurizers as feat
-from causalab_mini.plan.spec import Featurizer, validate_spec
 from causalab_mini.vocab import FEATURIZER_KINDS, FEATURIZERS
 from paths import REPO
 from samples import cli_command

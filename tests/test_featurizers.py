@@ -20,7 +20,6 @@ from hypothesis import strategies as st
 from safetensors.torch import load_file, save_file
 
 import causalab_mini as cm
-from causalab_mini import documents
 from causalab_mini.engine import fit as fit_mod
 from causalab_mini.engine import loading
 from causalab_mini.engine import steps as steps_mod
@@ -28,8 +27,9 @@ from causalab_mini.errors import CompileError
 from causalab_mini.ops import featurizers as feat
 from causalab_mini.ops.featurizers import Dictionary, Gate, Subspace, cayley, cayley_direct
 from causalab_mini.ops.intervene import apply_write
+from causalab_mini.outputs.write import write
+from causalab_mini.plan import compile as compiler
 from causalab_mini.plan.featurizer_files import header as read_header
-from causalab_mini.plan.write import write
 from paths import ARTIFACTS, DATA, MODELS, V2
 
 ROT = ARTIFACTS / "rot.safetensors"
@@ -529,7 +529,7 @@ def compile_apply(tmp_path: Path, weight: torch.Tensor, metadata: dict | None):
     save_file({"weight": weight}, str(tmp_path / "bundle.safetensors"), metadata=metadata)
     raw = json.loads((V2 / "das_apply.causalab.json").read_text())
     raw["featurizers"]["rot"]["file_path"] = "bundle.safetensors"
-    return documents.compile_plan(raw, document=tmp_path / "apply.causalab.json", models=MODELS, data=DATA)
+    return compiler.compile_plan(raw, document=tmp_path / "apply.causalab.json", models=MODELS, data=DATA)
 
 
 def test_a_bundle_whose_header_agrees_compiles(tmp_path):

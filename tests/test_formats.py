@@ -121,7 +121,7 @@ NOT_A_SAVE = {
     # A featurizer's file_path: a bundle to load, not a file a run writes. What it may be is the
     # loaders' to decide (featurizer_files.header, engine.fit.load_bundle read safetensors only,
     # never pickle); a new save format would not make a bundle loadable.
-    "causalab_mini/plan/spec.py": 1,
+    "causalab_mini/document/spec.py": 1,
 }
 
 

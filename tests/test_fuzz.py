@@ -28,7 +28,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from causalab_mini import documents
+from causalab_mini.document import read as front
+from causalab_mini.plan import compile as compiler
 from fuzzing import CORPUS, EXAMPLES, FUZZED, JSON, RAW, bounded, mutated, warm_up
 
 
@@ -42,7 +43,7 @@ def _warm():
 @settings(max_examples=EXAMPLES, deadline=2_000, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
 def test_a_mutated_document_validates_or_is_refused_typed(doc):
-    bounded(lambda: documents.points(doc))
+    bounded(lambda: front.points(doc))
 
 
 @settings(max_examples=EXAMPLES, deadline=2_000, suppress_health_check=[HealthCheck.too_slow])
@@ -50,11 +51,11 @@ def test_a_mutated_document_validates_or_is_refused_typed(doc):
 def test_arbitrary_json_at_the_top_level_is_refused_typed(doc, value):
     doc = copy.deepcopy(doc)
     doc[next(iter(doc))] = value
-    bounded(lambda: documents.points(doc))
+    bounded(lambda: front.points(doc))
 
 
 @settings(max_examples=max(EXAMPLES // 4, 50), deadline=10_000, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated())
 def test_a_mutated_document_compiles_or_is_refused_typed(doc):
     """Further in: against the shipped model's config and tokenizer and the shipped data (no weights)."""
-    bounded(lambda: documents.compile_plan(doc, document=FUZZED))
+    bounded(lambda: compiler.compile_plan(doc, document=FUZZED))

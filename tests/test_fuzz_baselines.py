@@ -34,8 +34,9 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import causalab_mini as cm
-from causalab_mini import documents
+from causalab_mini.document import read as front
 from causalab_mini.errors import BaselineError
+from causalab_mini.plan import compile as compiler
 from pytest_causalab import checks as expect
 from fuzzing import DATA, EXAMPLES, JSON, MODELS, ROOT, Blob, mutate, paths
 from pytest_causalab import baseline
@@ -55,13 +56,13 @@ def ran() -> dict:
     out = {}
     for stem, name in POINTS:
         document = V2 / f"{stem}.causalab.json"
-        raw = documents.read(document)
+        raw = front.read(document)
         if engine is None:
             engine = cm.load(cm.read(raw, path=document), engine="hooks", models=[MODELS])
-        plan = documents.compile_plan(raw, document=document, data=[DATA], facts=engine)
+        plan = compiler.compile_plan(raw, document=document, data=[DATA], facts=engine)
         sub = plan.steps[name] if name is not None else plan
         engine.execute(sub)
-        coords = next(p.coords for p in documents.points(raw) if p.name == name)
+        coords = next(p.coords for p in front.points(raw) if p.name == name)
         out[stem] = Point.from_plan(document, name or stem, coords, "hooks", sub)
         assert out[stem].saved(), stem  # a point with results to hold to a baseline
     return out

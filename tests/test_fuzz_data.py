@@ -30,7 +30,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from causalab_mini import data, documents
+from causalab_mini import data
+from causalab_mini.document import read as front
+from causalab_mini.plan import compile as compiler
 from fuzzing import CORPUS, DATA, EXAMPLES, FUZZED, JSON, MODELS, RAW, Blob, bounded, paths, warm_up
 
 SPLITS = sorted(p.relative_to(DATA).with_suffix("").as_posix() for p in DATA.glob("*/*.jsonl"))
@@ -145,9 +147,9 @@ def facts() -> dict:
     mutated here, only their data, so reading them again per example would only take time."""
     out = {}
     for raw, _ in USES:
-        spec = documents.points(raw)[0].spec
+        spec = front.points(raw)[0].spec
         if spec.model.key not in out:
-            out[spec.model.key] = documents.model_facts(spec, FUZZED, [MODELS])
+            out[spec.model.key] = compiler.model_facts(spec, FUZZED, [MODELS])
     return out
 
 
@@ -162,7 +164,7 @@ def test_a_mutated_split_compiles_or_is_refused_typed(base, facts, case):
         shutil.copytree(DATA, root, dirs_exist_ok=True)  # the other splits, unchanged
         (root / f"{ref}.jsonl").write_bytes(text)
         data.clear_cache()  # each root is new; the cache would only grow
-        bounded(lambda: documents.compile_plan(raw, document=FUZZED, data=[root], facts=model))
+        bounded(lambda: compiler.compile_plan(raw, document=FUZZED, data=[root], facts=model))
     finally:
         data.clear_cache()
         shutil.rmtree(root)

@@ -23,10 +23,11 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 
 import causalab_mini as cm
-from causalab_mini import documents
+from causalab_mini.document import read as front
 from causalab_mini.errors import CausalabError
+from causalab_mini.outputs.write import check_targets, metric_rows, planned_files, write
+from causalab_mini.plan import compile as compiler
 from causalab_mini.plan.plan import Fit, Observe
-from causalab_mini.plan.write import check_targets, metric_rows, planned_files, write
 from fuzzing import CORPUS, DATA, EXAMPLES, FUZZED, MODELS, RAW, mutated
 
 pytest.importorskip("transformers")
@@ -47,7 +48,7 @@ def work(plan) -> int:
 
 
 def _key(raw) -> tuple:
-    model = documents.points(raw)[0].spec.model
+    model = front.points(raw)[0].spec.model
     return (model.key, model.dtype, repr(model.modules))
 
 
@@ -58,11 +59,11 @@ def engines() -> dict:
     loaded = {}
     for path, raw in zip(CORPUS, RAW):
         key = _key(raw)
-        if key in loaded or work(documents.compile_plan(raw, document=path, data=[DATA])) > WORK:
+        if key in loaded or work(compiler.compile_plan(raw, document=path, data=[DATA])) > WORK:
             continue
         loaded[key] = cm.load(cm.read(raw, path=path), engine="hooks", models=[MODELS])
         # Unshared: one point run on its own holds every forward it needs.
-        plan = documents.compile_plan(raw, document=path, data=[DATA], facts=loaded[key], share=False)
+        plan = compiler.compile_plan(raw, document=path, data=[DATA], facts=loaded[key], share=False)
         loaded[key].execute(plan.points[0])
     assert {k[0] for k in loaded} == {p.name for p in MODELS.iterdir() if p.is_dir()}
     return loaded
@@ -77,12 +78,12 @@ def outs(tmp_path_factory) -> Path:
 @given(doc=mutated(rounds=(1, 2)))  # fewer changes than the front end's: more documents reach the engine
 def test_a_mutated_document_runs_on_the_hooks_engine_or_is_refused_typed(engines, outs, doc):
     try:
-        documents.compile_plan(doc, document=FUZZED, models=[MODELS], data=[DATA])  # no weights: the cheap refusals
+        compiler.compile_plan(doc, document=FUZZED, models=[MODELS], data=[DATA])  # no weights: the cheap refusals
         key = _key(doc)
         if key not in engines:
             engines[key] = cm.load(cm.read(doc, path=FUZZED), engine="hooks", models=[MODELS])
         engine = engines[key]
-        plan = documents.compile_plan(doc, document=FUZZED, data=[DATA], facts=engine)
+        plan = compiler.compile_plan(doc, document=FUZZED, data=[DATA], facts=engine)
         if work(plan) > WORK:
             event("compiled; over the work bound, not run")
             return

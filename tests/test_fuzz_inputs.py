@@ -50,7 +50,7 @@ import causalab_mini as cm
 from causalab_mini import cache
 from causalab_mini.cache import Store
 from causalab_mini.errors import CausalabError
-from causalab_mini.plan import write
+from causalab_mini.outputs import write
 from fuzzing import EXAMPLES, JSON, V2, Blob, holder, mutate, paths
 from fuzzing_models import ORIGINAL, Hang, ModelCase, deadline, loaded_whole, mutated_model, preflight
 

@@ -23,10 +23,11 @@ transformers = pytest.importorskip("transformers")
 pytest.importorskip("nnterp")
 
 import causalab_mini as cm  # noqa: E402
-from causalab_mini import documents  # noqa: E402
+from causalab_mini.document import read as front
 from causalab_mini.engine.loading import revision_digest  # noqa: E402
 from causalab_mini.ops import locate  # noqa: E402
-from causalab_mini.plan.write import write  # noqa: E402
+from causalab_mini.outputs.write import write  # noqa: E402
+from causalab_mini.plan import compile as compiler  # noqa: E402
 from causalab_mini.shapes import Anchor, Where  # noqa: E402
 
 ENGINES = ("nnterp", "hooks")
@@ -157,7 +158,7 @@ def pieces(tok, ids) -> list[str]:
 # --- documents and engines ----------------------------------------------------------------------
 
 def doc(name: str) -> dict:
-    return documents.read(V2 / f"{name}.causalab.json")
+    return front.read(V2 / f"{name}.causalab.json")
 
 
 def model_block(family: str) -> dict:
@@ -562,7 +563,7 @@ def test_a_fixed_cut_a_continuation_that_stopped_early_cannot_fit_is_refused_by_
     del reads["whole"]  # a span of all three steps: row 0 cannot fit it either
     del raw["steps"]["score"]["outputs"]["o_whole"]
     reads["tail"] = {"site": "head", "pos": {"frame": "generated", "last": 2}, "model": "original", "input": "base"}
-    plan = documents.compile_plan(raw, document=V2 / "test_generation.causalab.json", data=[DATA], facts=eng)
+    plan = compiler.compile_plan(raw, document=V2 / "test_generation.causalab.json", data=[DATA], facts=eng)
     forward = forward_of(observe(plan), "original")
     tok = eng.tokenizer
     word = tok(" Friday", add_special_tokens=False)["input_ids"][0]

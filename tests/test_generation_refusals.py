@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from causalab_mini import cli, documents
+from causalab_mini import cli
+from causalab_mini.document import read as front
 from causalab_mini.errors import CompileError, DocumentError
+from causalab_mini.plan import compile as compiler
 from paths import DATA, MODELS, V2
 
 N = 3  # generate_probe's decode
@@ -21,7 +23,7 @@ CONTINUATION_WRITE = ("a write in the continuation frame is at a step the decode
 
 
 def doc(name: str) -> dict:
-    return documents.read(V2 / f"{name}.causalab.json")
+    return front.read(V2 / f"{name}.causalab.json")
 
 
 def variant(tmp_path: Path, name: str, edit, *, pin: str = None) -> Path:
@@ -76,7 +78,7 @@ def test_validate_refuses(tmp_path, capsys, edit, message):
     err = capsys.readouterr().err
     assert err.startswith("error: DocumentError: ") and message in err, err
     with pytest.raises(DocumentError, match=None) as info:
-        documents.points(documents.read(path))
+        front.points(front.read(path))
     assert message in str(info.value)
 
 
@@ -126,12 +128,12 @@ def test_a_stacked_read_over_the_buffer_bound_is_refused(tmp_path, capsys):
     assert err.startswith("error: CompileError: interventions.generate.reads.logits.pos: ")
     assert f"{rows} rows x {decode} steps x {width} wide is {mib:.0f} MiB, over the 256 MiB bound" in err, err
     # One step fewer fits: the bound is the number, not a rough size.
-    plan = documents.compile_plan(documents.read(variant(tmp_path, "under", stacked(below), pin=pin)),
-                                  document=V2 / "x.causalab.json", models=[models], data=[DATA])
+    plan = compiler.compile_plan(front.read(variant(tmp_path, "under", stacked(below), pin=pin)),
+                                 document=V2 / "x.causalab.json", models=[models], data=[DATA])
     assert {f.decode for f in plan.steps["score"].forwards} == {below}
     with pytest.raises(CompileError, match="MiB"):
-        documents.compile_plan(documents.read(over), document=V2 / "x.causalab.json", models=[models],
-                               data=[DATA])
+        compiler.compile_plan(front.read(over), document=V2 / "x.causalab.json", models=[models],
+                              data=[DATA])
 
 
 def test_a_decode_past_the_context_is_refused_and_one_that_fits_compiles(tmp_path, capsys):
@@ -146,8 +148,8 @@ def test_a_decode_past_the_context_is_refused_and_one_that_fits_compiles(tmp_pat
                 for r in rows for k in ("input", "counterfactual_inputs"))
     fits = variant(tmp_path, "fits", lambda iv: iv.__setitem__("decode", limit - width))
     over = variant(tmp_path, "over", lambda iv: iv.__setitem__("decode", limit - width + 1))
-    plan = documents.compile_plan(documents.read(fits), document=V2 / "x.causalab.json", models=[MODELS],
-                                  data=[DATA])
+    plan = compiler.compile_plan(front.read(fits), document=V2 / "x.causalab.json", models=[MODELS],
+                                 data=[DATA])
     assert {f.decode for p in plan.points for f in p.steps["score"].forwards} == {limit - width}
     assert cli.main(["explain", str(over), "--models", str(MODELS), "--data", str(DATA)]) == 2
     assert capsys.readouterr().err == (
@@ -162,4 +164,4 @@ def test_an_attention_pattern_in_the_continuation_is_refused(tmp_path):
     raw["interventions"]["generate"]["reads"]["pp"] = {
         "site": "pattern", "pos": {"frame": "generated", "index": 0}, "model": "patched", "input": "base"}
     with pytest.raises(CompileError, match="an attention pattern gains a key at every decode step"):
-        documents.compile_plan(raw, document=V2 / "x.causalab.json", models=[MODELS], data=[DATA])
+        compiler.compile_plan(raw, document=V2 / "x.causalab.json", models=[MODELS], data=[DATA])

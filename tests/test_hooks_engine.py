@@ -17,11 +17,12 @@ from reference import answer_id, padded, hidden_of, with_hidden
 import torch
 from torch import nn
 
-from causalab_mini import documents
+from causalab_mini.document import read as front
 from causalab_mini.engine import base, steps
-from causalab_mini.engine.hooks import HooksEngine
 from causalab_mini.engine import standardize
+from causalab_mini.engine.hooks import HooksEngine
 from causalab_mini.errors import CompileError, EngineError, ModelError
+from causalab_mini.plan import compile as compiler
 
 transformers = pytest.importorskip("transformers")
 
@@ -160,7 +161,7 @@ def patch_doc(key, site, *, mechanism="swap", operand="v_cf", params=None, read_
 def compile_doc(engine, tmp_path, raw):
     path = tmp_path / "test.causalab.json"
     path.write_text(json.dumps(raw, indent=1))
-    return documents.compile_plan(raw, document=path, models=[MODELS], data=[DATA], facts=engine)
+    return compiler.compile_plan(raw, document=path, models=[MODELS], data=[DATA], facts=engine)
 
 
 def run_doc(engine, tmp_path, raw, **kw):
@@ -207,10 +208,10 @@ def test_residual_patching_matches_hand_hook(models, tmp_path, key):
 def test_shipped_patching_document(models):
     """documents/v2/patching.causalab.json, as shipped (revision checked), against the hand hook."""
     path = V2 / "patching.causalab.json"
-    raw = documents.read(path)
+    raw = front.read(path)
     assert raw["model"]["key"] == "tiny-llama"
     loaded = HooksEngine.load(raw["model"], document=path)  # resolves and checks the revision
-    plan = documents.compile_plan(raw, document=path, facts=loaded)
+    plan = compiler.compile_plan(raw, document=path, facts=loaded)
     loaded.execute(plan)
     _, ref = models("tiny-llama")
     torch.testing.assert_close(plan.result("logit_diff"), logit_diff(ref, hand_patch(ref)), **TOL)
@@ -525,8 +526,8 @@ def test_interiors_refused_by_name_at_compile_time(models, tmp_path, component):
     path = tmp_path / "w.causalab.json"
     path.write_text(json.dumps(raw))
     with pytest.raises(CompileError, match=component):
-        documents.compile_plan(raw, document=path, models=[MODELS], data=[DATA], engine="hooks")
-    documents.compile_plan(raw, document=path, models=[MODELS], data=[DATA], engine="nnterp")
+        compiler.compile_plan(raw, document=path, models=[MODELS], data=[DATA], engine="hooks")
+    compiler.compile_plan(raw, document=path, models=[MODELS], data=[DATA], engine="nnterp")
 
 
 @pytest.mark.parametrize("remote", [True, "local", "ndif"])

@@ -21,7 +21,8 @@ import pytest
 
 import causalab_mini as cm
 from causalab_mini import data as data_mod
-from causalab_mini import documents, reading
+from causalab_mini import reading
+from causalab_mini.document import read as front
 from causalab_mini.errors import CompileError, DataError, DocumentError, MissingArtifact
 from paths import DATA, MODELS, V2
 from samples import cli_command, patching_document
@@ -358,7 +359,7 @@ def test_a_hub_id_or_a_relative_model_key_is_still_accepted(key):
 def test_a_protocol_document_refuses_a_dot_dot_model_key():
     from paths import DOCUMENTS
 
-    raw = documents.read(DOCUMENTS / "protocol" / "pos_sweep.causalab.json")
+    raw = front.read(DOCUMENTS / "protocol" / "pos_sweep.causalab.json")
     raw["model"]["key"] = "../../tiny-llama"
     with pytest.raises(DocumentError) as caught:
         cm.read(raw)

@@ -22,8 +22,8 @@ from collections import Counter
 import pytest
 
 import causalab_mini as cm
-from causalab_mini.plan import expect, sweep
-from causalab_mini.plan.expect import Expectation
+from causalab_mini.document import expect, sweep
+from causalab_mini.document.expect import Expectation
 from paths import CORPUS, V2
 
 SOURCE = V2 / "pos_sweep.causalab.json"

@@ -1,4 +1,4 @@
-"""No import circles among the project's own modules.
+"""No import circles among the project's own modules, and no stage importing a later one.
 
 Every module of ``causalab_mini`` and ``pytest_causalab`` is parsed with ``ast`` (nothing is
 imported), and each ``import`` in it — at module level or inside a function, relative ones
@@ -6,6 +6,12 @@ resolved — becomes an edge to the project module it names. A circle in that gr
 modules that each need the other: neither can be read, tested or moved alone, and which
 one finishes importing first depends on who imported whom (a function-level import only
 postpones the circle to the first call; it does not remove it).
+
+The package's folders are the pipeline's stages, in order: ``document/`` (the front end: no
+model) → ``plan/`` (the compiler) → ``engine/`` → ``running/`` → ``outputs/`` (what a run
+leaves); ``cache/`` serves a run beside them. A stage may import the stages before it and the
+shared modules at the package's top, never a later stage (``LATER``): each can then be read,
+tested and changed knowing only what comes before it.
 
 Two kinds of ``import`` are not edges, on purpose:
 
@@ -26,9 +32,9 @@ PACKAGES = ("causalab_mini", "pytest_causalab")
 
 # Circles that exist today and are someone's work in progress: each is one elementary circle,
 # a tuple of modules starting at its alphabetically first one, as the failure message prints it,
-# e.g. ("causalab_mini.api", "causalab_mini.documents"). Empty it as they are broken;
+# e.g. ("causalab_mini.api", "causalab_mini.document.read"). Empty it as they are broken;
 # test_known_circles_still_exist fails on an entry that is already gone. Empty today: no
-# circle remains (checked with documents.py, cli.py and pytest_causalab mid-edit).
+# circle remains (checked with the document front end, cli.py and pytest_causalab mid-edit).
 KNOWN: set[tuple[str, ...]] = set()
 
 
@@ -156,12 +162,48 @@ def test_the_graph_covers_both_packages_and_sees_every_kind_of_import():
     graph = import_graph(files)
     assert graph.keys() == files.keys()
     assert "causalab_mini.engine.families" in graph["causalab_mini.vocab"]  # inside a function
-    assert "causalab_mini.plan.rules" in graph["causalab_mini.plan.spec"]  # relative, module level
+    assert "causalab_mini.document.rules" in graph["causalab_mini.document.spec"]  # relative, module level
     # The two circles broken by moving what they shared: each pair now depends one way.
-    assert "causalab_mini.plan.spec" not in graph["causalab_mini.plan.rules"]  # only under TYPE_CHECKING
+    assert "causalab_mini.document.spec" not in graph["causalab_mini.document.rules"]  # only under TYPE_CHECKING
     assert {"causalab_mini.engine.fit", "causalab_mini.engine.progress"} <= graph["causalab_mini.engine.steps"]
     assert graph["causalab_mini.engine.fit"] & {"causalab_mini.engine.steps"} == set()
     assert "causalab_mini.engine.progress" in graph["causalab_mini.engine.fit"]
+
+
+# --------------------------------------------------------------------------- the stages
+
+# Each stage's folder -> the later stages it may not import (at module level or in a function).
+LATER: dict[str, tuple[str, ...]] = {
+    "causalab_mini.document": ("causalab_mini.plan", "causalab_mini.engine", "causalab_mini.running",
+                               "causalab_mini.outputs", "causalab_mini.cache"),
+    "causalab_mini.plan": ("causalab_mini.running", "causalab_mini.outputs"),
+    "causalab_mini.engine": ("causalab_mini.running", "causalab_mini.outputs", "causalab_mini.cache"),
+    "causalab_mini.outputs": ("causalab_mini.running",),
+}
+
+
+def _inside(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def upward(graph: dict[str, set[str]], later=LATER) -> list[tuple[str, str]]:
+    """Every (module, what it imports) where a stage's module imports a later stage's."""
+    return sorted((module, target) for module, targets in graph.items() for target in targets
+                  for stage, after in later.items()
+                  if _inside(module, stage) and any(_inside(target, a) for a in after))
+
+
+def test_no_stage_imports_a_later_one():
+    found = upward(import_graph(module_files(ROOT)))
+    assert not found, "a stage imports a later stage (a function-level import counts):\n  " + "\n  ".join(
+        f"{module} -> {target}" for module, target in found)
+
+
+def test_every_stage_named_is_a_package():
+    files = module_files(ROOT)
+    named = set(LATER) | {a for after in LATER.values() for a in after}
+    missing = sorted(n for n in named if n not in files)
+    assert not missing, f"stages in LATER that are no package (the check would pass, empty): {missing}"
 
 
 # --------------------------------------------------------------------------- the tool itself
@@ -191,6 +233,20 @@ def test_a_function_level_relative_import_closes_a_circle(tmp_path):
     assert graph["pkg.d"] == set()  # annotations only: never runs
     assert circles(graph) == {("pkg.c", "pkg.sub.a", "pkg.sub.b")}
     assert chain(("pkg.c", "pkg.sub.a", "pkg.sub.b")) == "pkg.c -> pkg.sub.a -> pkg.sub.b -> pkg.c"
+
+
+def test_a_function_level_import_of_a_later_stage_is_upward(tmp_path):
+    files = _package(tmp_path, {
+        "pkg/__init__.py": "",
+        "pkg/early/__init__.py": "",
+        "pkg/early/a.py": "def later():\n    from ..late import b\n",
+        "pkg/early/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..late.b import thing\n",
+        "pkg/late/__init__.py": "",
+        "pkg/late/b.py": "from ..early import a\nthing = 1\n",
+    })
+    graph = import_graph(files)
+    assert upward(graph, {"pkg.early": ("pkg.late",)}) == [("pkg.early.a", "pkg.late.b")]
+    assert upward(graph, {"pkg.late": ("pkg.early",)}) == [("pkg.late.b", "pkg.early.a")]
 
 
 def test_importing_a_name_from_a_package_init_is_an_edge_to_the_package(tmp_path):

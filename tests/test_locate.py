@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from causalab_mini import documents
 from causalab_mini.errors import CompileError, DataError
 from causalab_mini.ops import locate
+from causalab_mini.plan import compile as compiler
 from causalab_mini.plan.chat import render_row
 from causalab_mini.plan.tokens import tokenize_rows
 from causalab_mini.shapes import Anchor, Where
@@ -394,7 +394,7 @@ def test_chat_messages_the_template_cannot_render_are_refused_naming_the_row(tmp
     (tmp_path / "weekdays" / "chat.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     raw = json.loads((V2 / "chat_turn.causalab.json").read_text())
     with pytest.raises(DataError) as caught:
-        documents.compile_plan(raw, document=V2 / "chat_turn.causalab.json", models=[MODELS], data=[tmp_path])
+        compiler.compile_plan(raw, document=V2 / "chat_turn.causalab.json", models=[MODELS], data=[tmp_path])
     assert str(caught.value) == f"roles.counterfactual.field: {what}"
 
 
@@ -446,7 +446,7 @@ def test_a_segment_on_a_plain_text_role_is_refused_at_compile_time():
     raw = json.loads((V2 / "entity_patch.causalab.json").read_text())
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"index": -1, "scope": {"segment": "user[1]"}}
     with pytest.raises(CompileError) as caught:
-        documents.compile_plan(raw, models=[MODELS], data=[DATA])
+        compiler.compile_plan(raw, models=[MODELS], data=[DATA])
     assert caught.value.path.endswith(".pos.scope.segment")
     assert caught.value.path == "interventions.patching.writes.patch.pos.scope.segment"
     assert "plain-text" in caught.value.problem

@@ -163,7 +163,7 @@ def test_compile_for_ndif_applies_the_nnterp_engines_refusals(tmp_path):
 def test_an_image_text_model_is_refused_by_name_before_any_weight_is_read(monkeypatch, tmp_path):
     import families
 
-    from causalab_mini.plan.spec import ModelRef
+    from causalab_mini.document.spec import ModelRef
 
     families.build("gemma3", tmp_path / "gemma3")  # a tiny random Gemma-3 image-text checkpoint
     with reads(monkeypatch) as seen:

@@ -24,10 +24,10 @@ import torch
 
 pytest.importorskip("nnterp")
 
-from causalab_mini.documents import compile_plan  # noqa: E402
 from causalab_mini.engine import base, provenance, steps  # noqa: E402
 from causalab_mini.engine.nnterp import NNterpEngine  # noqa: E402
 from causalab_mini.errors import EngineError, Unsupported  # noqa: E402
+from causalab_mini.plan.compile import compile_plan  # noqa: E402
 
 FAMILIES = ("tiny-llama", "tiny-gpt2", "tiny-gemma2")
 ATOL = 1e-6

@@ -16,7 +16,7 @@ from samples import cli_command
 
 import causalab_mini as cm
 from causalab_mini.cache.store import ORPHAN_AGE, Store
-from causalab_mini.plan.write import RUN, commit, state
+from causalab_mini.outputs.write import RUN, commit, state
 
 
 def _files(writer: int, point: int) -> dict[str, bytes]:
@@ -85,7 +85,7 @@ def test_an_out_folder_the_file_system_refuses_is_refused_before_the_load(tmp_pa
 
 def test_a_refused_out_check_leaves_no_folder_behind(tmp_path):
     """The check tries the nearest existing folder with a probe of its own, and removes it."""
-    from causalab_mini.plan.write import check_out
+    from causalab_mini.outputs.write import check_out
 
     check_out(tmp_path / "a" / "b" / "c")
     assert list(tmp_path.iterdir()) == []

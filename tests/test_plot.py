@@ -22,7 +22,7 @@ from matplotlib.image import imread  # noqa: E402
 
 import causalab_mini as cm  # noqa: E402
 from causalab_mini import cli  # noqa: E402
-from causalab_mini.plan.sweep import label  # noqa: E402
+from causalab_mini.document.sweep import label  # noqa: E402
 from causalab_mini.plots import choose, plot, save  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -18,7 +18,7 @@ pytest.importorskip("matplotlib")
 import numpy as np  # noqa: E402
 
 import causalab_mini as cm  # noqa: E402
-from causalab_mini.plan.sweep import label  # noqa: E402
+from causalab_mini.document.sweep import label  # noqa: E402
 from causalab_mini.plots import encode, plot  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -141,7 +141,7 @@ MISSPELLED = {  # name: (corpus document, expectations)
 
 
 def test_validate_refuses_every_expectation_misspelling_as_collection_does(tester, capsys):
-    """One checker (documents.points) serves validate, explain and collection: same path, problem, fix."""
+    """One checker (document.read.points) serves validate, explain and collection: same path, problem, fix."""
     from causalab_mini import cli
 
     refusals = {}

@@ -20,12 +20,13 @@ from paths import DATA, V2
 from reference import answer_id, padded
 
 import causalab_mini as cm
-from causalab_mini import documents
+from causalab_mini.document import read as front
 from causalab_mini.engine import steps
 from causalab_mini.errors import CompileError, EngineError
 from causalab_mini.ops import locate
+from causalab_mini.outputs.write import write
+from causalab_mini.plan import compile as compiler
 from causalab_mini.plan.plan import Observe
-from causalab_mini.plan.write import write
 from causalab_mini.shapes import Where
 
 transformers = pytest.importorskip("transformers")
@@ -304,7 +305,7 @@ def test_a_fixed_cut_no_row_fits_is_refused_at_compile_time(tiny_llama):
     raw = json.loads(ENTITY.read_text())
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"index": 40}
     with pytest.raises(CompileError) as caught:
-        documents.compile_plan(raw, document=ENTITY, facts=tiny_llama("hooks"))
+        compiler.compile_plan(raw, document=ENTITY, facts=tiny_llama("hooks"))
     err = caught.value
     assert err.path == "interventions.patching.writes.patch.pos"
     assert "'patch'" in err.problem and "{index:40}" in err.problem
@@ -315,7 +316,7 @@ def test_a_fixed_cut_no_row_fits_is_refused_at_compile_time(tiny_llama):
 def test_a_fixed_cut_that_does_not_fit_is_refused_where_it_is_resolved(tiny_llama, engine):
     # Past the compiler (a plan made elsewhere, a skewed tokenizer): the run refuses it too.
     eng = tiny_llama(engine)
-    plan = documents.compile_plan(documents.read(PATCHING), document=PATCHING, facts=eng)
+    plan = compiler.compile_plan(front.read(PATCHING), document=PATCHING, facts=eng)
     forwards = plan.steps["score"].forwards
     target = next(f for f in forwards if f.writes)
     op = target.writes[0]
@@ -333,7 +334,7 @@ def test_a_fixed_cut_that_does_not_fit_is_refused_where_it_is_resolved(tiny_llam
 @pytest.mark.parametrize("engine", ENGINES)
 def test_a_tokenizer_skew_is_refused_before_any_text_is_searched(tiny_llama, engine):
     eng = tiny_llama(engine)
-    plan = documents.compile_plan(documents.read(ENTITY), document=ENTITY, facts=eng)
+    plan = compiler.compile_plan(front.read(ENTITY), document=ENTITY, facts=eng)
     forwards = plan.steps["score"].forwards
     resolved, record = steps.resolve(eng, forwards)  # as compiled: agrees
     assert record is not None
@@ -365,8 +366,8 @@ def test_the_run_and_the_compiler_report_the_same_prompt_lengths(tiny_llama):
     raw = json.loads(PATCHING.read_text())
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = 40
     with pytest.raises(CompileError) as compiled:
-        documents.compile_plan(raw, document=PATCHING, facts=eng)
-    plan = documents.compile_plan(documents.read(PATCHING), document=PATCHING, facts=eng)
+        compiler.compile_plan(raw, document=PATCHING, facts=eng)
+    plan = compiler.compile_plan(front.read(PATCHING), document=PATCHING, facts=eng)
     forwards = plan.steps["score"].forwards
     target = next(f for f in forwards if f.writes)
     taps = tuple(replace(t, writes=tuple(replace(w, where=Where(index=40)) for w in t.writes)) for t in target.taps)

@@ -19,11 +19,12 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from causalab_mini import data as data_mod
-from causalab_mini import documents as documents_mod
 from causalab_mini import vocab
+from causalab_mini.document import read as front
 from causalab_mini.ops import locate
 from causalab_mini.ops.featurizers import IDENTITY
 from causalab_mini.ops.intervene import apply_write, gather, scatter
+from causalab_mini.plan import compile as compiler
 from causalab_mini.shapes import Where
 from paths import DATA, MODELS, REPO, V2
 from pytest_causalab import strategies as cst
@@ -423,14 +424,14 @@ def reorder(value, rnd: random.Random):
 @given(st.sampled_from(("tiny-llama", "tiny-gpt2", "tiny-gemma2")).flatmap(
     lambda m: cst.documents(m, scopes=True)), st.randoms(use_true_random=False), st.text(max_size=20))
 def test_drawn_documents_validate_and_their_digest_ignores_spelling(doc, rnd, description):
-    points = documents_mod.points(doc)
+    points = front.points(doc)
     assert points
     shuffled = reorder(doc, rnd)
     # Steps keep their order (a fit before a score is not a score before a fit); within
     # each step, and everywhere else, key order is spelling.
     shuffled["steps"] = {k: shuffled["steps"][k] for k in doc["steps"]}
     reheadered = {**doc, "header": {"description": description}}
-    for a, b, c in zip(points, documents_mod.points(shuffled), documents_mod.points(reheadered)):
+    for a, b, c in zip(points, front.points(shuffled), front.points(reheadered)):
         assert a.name == b.name == c.name
         assert a.spec.produced_by == b.spec.produced_by == c.spec.produced_by
 
@@ -444,7 +445,7 @@ def facts():
         if model not in cache:
             shipped = (json.loads(p.read_text()) for p in sorted(V2.glob("*.causalab.json")))
             raw = next(doc for doc in shipped if doc["model"]["key"] == model)
-            cache[model] = documents_mod.model_facts(documents_mod.points(raw)[0].spec, None, models=[MODELS])
+            cache[model] = compiler.model_facts(front.points(raw)[0].spec, None, models=[MODELS])
         return cache[model]
     return get
 
@@ -456,7 +457,7 @@ def test_drawn_documents_compile_against_the_model_and_data(facts, drawn):
     # Stronger than validation: the compiler checks layers, heads, units and features
     # against the model's config and every fixed cut against every tokenized row.
     model, doc = drawn
-    plan = documents_mod.compile_plan(doc, data=[DATA], facts=facts(model))
+    plan = compiler.compile_plan(doc, data=[DATA], facts=facts(model))
     assert plan is not None
 
 

@@ -1,15 +1,15 @@
-"""The protocol-shaped front end (plan/document.py): lowering to a Spec, and refusals at protocol paths."""
+"""The protocol-shaped front end (document/protocol.py): lowering to a Spec, and refusals at protocol paths."""
 from __future__ import annotations
 
 import copy
 
 import pytest
 
+from causalab_mini.document import sweep
 from causalab_mini.errors import DocumentError, SweepError
-from causalab_mini.plan import sweep
-from causalab_mini.plan.document import (INTERVENTION, STEP, is_protocol, lower, protocol_path,
-                                         validate_document, validate_point)
-from causalab_mini.plan.spec import validate_spec
+from causalab_mini.document.protocol import (INTERVENTION, STEP, is_protocol, lower, protocol_path,
+                                             validate_document, validate_point)
+from causalab_mini.document.spec import validate_spec
 
 
 def at_a_glance() -> dict:

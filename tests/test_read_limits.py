@@ -12,10 +12,11 @@ import json
 import pytest
 
 from causalab_mini import data as data_mod
-from causalab_mini import documents
+from causalab_mini.document import read as front
+from causalab_mini.document.sweep import MAX_POINTS
 from causalab_mini.errors import DataError, DocumentError, SweepError
 from causalab_mini.jsontext import MAX_DEPTH
-from causalab_mini.plan.sweep import MAX_POINTS
+from causalab_mini.plan import compile as compiler
 from paths import DATA, DOCUMENTS, MODELS, V2
 from samples import patching_document
 
@@ -36,7 +37,7 @@ def test_a_hostile_document_is_refused_at_read(tmp_path, kind):
     path = tmp_path / "d.causalab.json"
     path.write_bytes(HOSTILE[kind])
     with pytest.raises(DocumentError, match=WHAT[kind]):
-        documents.read(path)
+        front.read(path)
 
 
 @pytest.mark.parametrize("kind", [k for k in HOSTILE if k not in ("utf-16",)])
@@ -66,15 +67,15 @@ def test_a_sweep_over_the_point_limit_is_refused_before_it_is_expanded():
     raw = patching_document()
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": {"range": [0, 2 ** 64]}}
     with pytest.raises(SweepError, match=f"over the limit of {MAX_POINTS} points"):
-        documents.points(raw)
+        front.points(raw)
     raw = patching_document()
     raw["sites"]["target"]["layers"] = [{"sweep": {"range": [0, 200]}}]
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": {"range": [-100, 0]}}
     with pytest.raises(SweepError, match=r"= 20000 points, over the limit") as caught:
-        documents.points(raw)
+        front.points(raw)
     assert "layers 200 x pos 100" in str(caught.value)
     raw["interventions"]["patching"]["writes"]["patch"]["pos"] = {"sweep": {"range": [-10, 0]}}
-    assert len(documents.points(raw)) == 2000  # under the limit: lowered
+    assert len(front.points(raw)) == 2000  # under the limit: lowered
 
 
 def _save(file_path):
@@ -108,8 +109,8 @@ def test_names_and_types_are_refused_at_their_path_before_any_file_is_touched(ed
     raw = patching_document()
     edit(raw)
     with pytest.raises(DocumentError) as caught:
-        documents.points(raw)
-        documents.compile_plan(raw, models=[], data=[])  # the dataset checks come with the compile
+        front.points(raw)
+        compiler.compile_plan(raw, models=[], data=[])  # the dataset checks come with the compile
     assert str(caught.value).startswith(f"{where}:") and what in str(caught.value), str(caught.value)
 
 
@@ -136,7 +137,7 @@ def test_a_fit_that_cannot_train_or_would_not_end_is_refused_before_it_is_compil
     raw = patching_document()
     edit(raw)
     with pytest.raises(DocumentError, match=what):
-        documents.points(raw)
+        front.points(raw)
 
 
 def _expect(threshold):
@@ -168,7 +169,7 @@ def test_quoted_numbers_and_booleans_are_refused_where_a_number_goes(edit, where
     raw = patching_document()
     edit(raw)
     with pytest.raises(DocumentError) as caught:
-        documents.points(raw)
+        front.points(raw)
     assert str(caught.value).startswith(f"{where}: {what}"), str(caught.value)
 
 
@@ -177,7 +178,7 @@ def test_strictness_keeps_what_json_means():
     raw = patching_document()
     _das(lambda r: _fit_step(r).update(lr=1, objective=[[1, "ce"]]))(raw)
     raw["header"]["expect"] = [{"result": "iia", "mean": {"between": [0, 1]}}]
-    (point,) = documents.points(raw)
+    (point,) = front.points(raw)
     assert point.spec.steps["fit"].lr == 1.0 and point.spec.steps["fit"].objective == [(1.0, "ce")]
 
 
@@ -185,7 +186,7 @@ def test_a_protocol_document_is_as_strict():
     raw = json.loads((DOCUMENTS / "protocol" / "pos_sweep.causalab.json").read_text())
     raw["method"]["decode"] = "3"
     with pytest.raises(DocumentError) as caught:
-        documents.points(raw)
+        front.points(raw)
     assert str(caught.value).startswith('method.decode: expected an integer, not "3"; write 3 without quotes')
 
 
@@ -202,7 +203,7 @@ def test_an_answer_that_is_not_text_is_refused_naming_the_row(tmp_path, answer, 
     from causalab_mini.errors import DataError
 
     with pytest.raises(DataError) as caught:
-        documents.compile_plan(patching_document(), models=[MODELS], data=[tmp_path / "data"])
+        compiler.compile_plan(patching_document(), models=[MODELS], data=[tmp_path / "data"])
     assert str(caught.value).startswith("interventions.patching.metrics.iia.expected: weekdays/train row 2: "
                                         f"column 'cf_answer' holds {what}, not an answer's text"), str(caught.value)
 
@@ -218,8 +219,8 @@ def test_a_featurizer_file_that_is_not_safetensors_is_refused_by_name(tmp_path, 
     (tmp_path / "fake.safetensors").write_bytes(content)
     raw["featurizers"][feat]["file_path"] = "fake.safetensors"
     with pytest.raises(CompileError, match="is not a safetensors file") as caught:
-        documents.compile_plan(raw, document=tmp_path / "d.causalab.json", models=[MODELS],
-                               data=[DATA])
+        compiler.compile_plan(raw, document=tmp_path / "d.causalab.json", models=[MODELS],
+                              data=[DATA])
     assert str(caught.value).startswith(f"featurizers.{feat}.file_path:")
 
 
@@ -227,13 +228,13 @@ def test_two_steps_saving_one_file_are_refused_at_validation():
     raw = patching_document()
     raw["steps"]["again"] = copy.deepcopy(raw["steps"]["score"])
     with pytest.raises(DocumentError) as caught:
-        documents.points(raw)
+        front.points(raw)
     assert str(caught.value).startswith("steps.again.saves.0.file_path:") and "steps.score.saves.0" in str(caught.value)
     raw = patching_document()
     raw["steps"]["score"]["saves"] = [{"value": "iia", "file_path": "a.json"},
                                       {"value": "logit_diff", "file_path": "a.json/b.json"}]
     with pytest.raises(DocumentError, match="needs a folder 'a.json'"):
-        documents.points(raw)
+        front.points(raw)
 
 
 def test_a_prompt_longer_than_the_model_was_built_for_is_refused_naming_the_row(tmp_path):
@@ -250,7 +251,7 @@ def test_a_prompt_longer_than_the_model_was_built_for_is_refused_naming_the_row(
     raw = patching_document()
     raw["model"]["key"] = "tiny-gpt2"
     with pytest.raises(CompileError) as caught:
-        documents.compile_plan(raw, models=[MODELS], data=[tmp_path / "data"])
+        compiler.compile_plan(raw, models=[MODELS], data=[tmp_path / "data"])
     from transformers import AutoTokenizer
 
     n = len(AutoTokenizer.from_pretrained(MODELS / "tiny-gpt2")(rows[1]["input"])["input_ids"])

@@ -18,7 +18,7 @@ from report_page import ReportPage as Page
 
 import causalab_mini as cm
 from causalab_mini import cli, report
-from causalab_mini.plan.write import INCOMPLETE
+from causalab_mini.outputs.write import INCOMPLETE
 from causalab_mini.plots import encode
 
 pytest.importorskip("matplotlib")

@@ -31,10 +31,11 @@ from samples import cli_command
 import torch
 
 import causalab_mini as cm
-from causalab_mini import cli, documents
+from causalab_mini import cli
+from causalab_mini.document import read as front
 from causalab_mini.errors import PlanError
+from causalab_mini.outputs.write import write
 from causalab_mini.plan.plan import Observe
-from causalab_mini.plan.write import write
 
 transformers = pytest.importorskip("transformers")
 
@@ -86,7 +87,7 @@ def values(path: Path) -> list:
 
 
 def produced_by(raw: dict) -> str:
-    return documents.points(raw)[0].spec.produced_by
+    return front.points(raw)[0].spec.produced_by
 
 
 def nothing_written(out: Path) -> bool:
@@ -299,7 +300,7 @@ def test_a_swept_run_writes_a_directory_per_point(tmp_path, reference, capfd):
     raw = load_json(POS_SWEEP)
     assert load_json(out / "document.json") == raw  # the sweep and all
     assert load_json(out / "run.json")["engine"] == "HooksEngine"
-    points = {p.name: p for p in documents.points(raw)}
+    points = {p.name: p for p in front.points(raw)}
     assert sorted(points) == sorted(names)
     for name, pos in zip(names, (-1, -2, -3)):
         point = points[name]
@@ -425,7 +426,7 @@ def test_a_file_whose_place_is_a_folder_is_refused_before_anything_is_written(tm
 
 def test_a_nan_metric_is_refused_rather_than_written_as_invalid_json():
     from causalab_mini.errors import PlanError
-    from causalab_mini.plan.write import json_bytes
+    from causalab_mini.outputs.write import json_bytes
 
     assert json.loads(json_bytes([{"value": 1.5}])) == [{"value": 1.5}]
     with pytest.raises(PlanError, match="NaN or infinite"):

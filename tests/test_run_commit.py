@@ -22,7 +22,7 @@ import pytest
 
 import causalab_mini as cm
 from causalab_mini.errors import EngineError, PlanError, WriteError
-from causalab_mini.plan import write as write_mod
+from causalab_mini.outputs import write as write_mod
 from model_calls import untimed, untimed_bytes
 from paths import DATA, MODELS, V2
 from samples import cli_command, patching_document

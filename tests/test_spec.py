@@ -1,4 +1,4 @@
-"""The plan-shaped document (plan/spec.py, plan/rules.py, shapes.py): every refusal, and the digest.
+"""The plan-shaped document (document/spec.py, document/rules.py, shapes.py): every refusal, and the digest.
 
 Each refusal starts from one valid document, changes one thing, and asserts the
 error's type, the exact document path it names, and the words of what is wrong
@@ -14,8 +14,8 @@ import hypothesis
 import hypothesis.strategies as st
 import pytest
 
+from causalab_mini.document.spec import Spec, validate_spec
 from causalab_mini.errors import DocumentError, SweepError
-from causalab_mini.plan.spec import Spec, validate_spec
 from samples import patching_document
 
 

@@ -236,8 +236,8 @@ def test_a_model_key_close_to_no_local_model_gets_no_suggestion(tmp_path, capsys
 
 
 def test_an_unknown_key_is_reported_before_the_required_key_it_misspells():
+    from causalab_mini.document.spec import validate_spec
     from causalab_mini.errors import DocumentError
-    from causalab_mini.plan.spec import validate_spec
 
     doc = _base()
     _rename("steps", "stpes")(doc)
@@ -250,8 +250,8 @@ def test_an_unknown_key_is_reported_before_the_required_key_it_misspells():
 
 
 def test_an_unknown_key_suggests_only_keys_the_object_does_not_already_have():
+    from causalab_mini.document.spec import validate_spec
     from causalab_mini.errors import DocumentError
-    from causalab_mini.plan.spec import validate_spec
 
     doc = _base()
     doc["interventions"]["patching"]["reads"]["v_cf"]["inputs"] = "base"  # beside a real "input"
@@ -278,8 +278,8 @@ def test_an_unknown_key_suggests_only_keys_the_object_does_not_already_have():
     (_set("steps.score.saves.0.value", "iaa"), "steps.score.saves.0.value", "did you mean 'iia'? save one of"),
 ])
 def test_more_names_a_document_writes(edit, path, fix):
+    from causalab_mini.document.spec import validate_spec
     from causalab_mini.errors import DocumentError
-    from causalab_mini.plan.spec import validate_spec
 
     doc = _base()
     edit(doc)

@@ -9,7 +9,7 @@ import hypothesis.strategies as st
 import pytest
 
 from causalab_mini.errors import SweepError
-from causalab_mini.plan.sweep import (
+from causalab_mini.document.sweep import (
     Axis,
     axes,
     find_wrappers,

@@ -17,8 +17,9 @@ import pytest
 from paths import DATA, MODELS, V2
 
 import causalab_mini as cm
-from causalab_mini import cli, tables
+from causalab_mini import cli
 from causalab_mini.engine import progress
+from causalab_mini.outputs import tables
 
 pytest_plugins = ["pytester"]
 

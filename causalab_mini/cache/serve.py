@@ -15,9 +15,9 @@ from __future__ import annotations
 from typing import Optional
 
 from ..errors import PlanError
-from ..plan import write as writer
+from ..outputs import write as writer
+from ..outputs.results import Run
 from ..plan.plan import Plan
-from ..results import Run
 from .key import CacheError
 from .store import Entry, Store
 
@@ -54,7 +54,7 @@ def compiled_points(doc, loaded, *, data=None) -> list[tuple[str, Plan]]:
     unshared against ``loaded`` — what a point is keyed on (a point borrowing a shared forward
     does not hold its rows; a point run alone borrows nothing). An unswept document's one point
     goes by the document's name."""
-    from ..documents import compile_plan
+    from ..plan.compile import compile_plan
 
     plan = compile_plan(doc.raw, document=doc.path, data=data, facts=loaded, valid=list(doc.points), share=False)
     return [(doc.name, plan) if p.name is None else (p.name, plan.steps[p.name]) for p in doc.points]
@@ -112,7 +112,7 @@ def remember(store: Store, doc, loaded, ran: Run, *, data=None) -> bool:
 def put(store: Store, compiled: Plan, executed: Plan, loaded, record: dict) -> bool:
     """Store an executed point under its compiled self's key, with the record its walk made.
     False when there was nothing storable (a metric with no eligible row, a NaN in a save)."""
-    from ..results import scored_in_plan
+    from ..outputs.results import scored_in_plan
     from . import key as keying
     from .store import storable
 

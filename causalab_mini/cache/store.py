@@ -32,8 +32,8 @@ from typing import Any, Mapping, Optional
 
 from ..files import TMP_SUFFIX, write_atomic
 from ..formats import TENSORS, find, format_of
+from ..outputs.results import Result, Scored
 from ..reading import NotRegular, TooLarge, read_bytes
-from ..results import Result, Scored
 from .key import FORMAT, CacheError
 
 ENTRIES = "entries"

@@ -231,7 +231,7 @@ FAMILIES: dict[str, Layout] = {layout.family: layout for layout in (
 # --- a layout a document names: the escape hatch for a family no table knows -------------------
 
 def custom_layout(modules: Mapping[str, str], family: str) -> Layout:
-    """The layout a document's ``model.modules`` names (``plan.spec.Modules``, already validated).
+    """The layout a document's ``model.modules`` names (``document.spec.Modules``, already validated).
 
     A custom layout takes the MLP width from ``intermediate_size`` (else 4·d_model; the
     loaded engine checks the projection's width against it) and applies no output

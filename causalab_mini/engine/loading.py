@@ -372,7 +372,7 @@ def load_tokenizer(resolved: ResolvedModel, roots=(), *, trust_remote_code: bool
 
 def model_ref(ref):
     """A document's ``model`` section as a ``ModelRef`` (a dict is validated into one)."""
-    from ..plan.spec import ModelRef
+    from ..document.spec import ModelRef
 
     return ref if isinstance(ref, ModelRef) else ModelRef.model_validate(ref)
 

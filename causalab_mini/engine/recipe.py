@@ -1,6 +1,6 @@
 """The one way a document's model is read: resolve → config → tokenizer → ModelFacts.
 
-The compiler (``documents.model_facts``, which never reads weights), the hooks engine and
+The compiler (``plan.compile.model_facts``, which never reads weights), the hooks engine and
 the nnterp engine (and the ndif shell through it) all start here, so a model is found,
 read and refused the same way whichever of them asks. What each engine adds — its weights,
 loaded from ``resolved`` — is its own.
@@ -19,7 +19,7 @@ from .facts import ModelFacts
 class ModelDescription:
     """Everything about a document's model but its weights."""
 
-    ref: Any  # the document's model section, as a plan.spec.ModelRef
+    ref: Any  # the document's model section, as a document.spec.ModelRef
     resolved: loading.ResolvedModel  # where it is, and the revision (and digests) found there
     roots: list[Path]  # the model search roots, which a failed weight load names as searched
     config: Any  # transformers' config, as AutoConfig reads it

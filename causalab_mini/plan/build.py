@@ -14,19 +14,19 @@ from typing import Any, Optional
 
 from .. import data as data_mod
 from .. import reading
-from ..formats import TENSORS, format_of
+from ..document.rules import ORIGINAL
+from ..document.spec import FitStep, ObserveStep, Ref, Spec, WeightsStep
 from ..errors import CompileError, MissingArtifact
+from ..formats import TENSORS, format_of
 from ..ops import locate
 from ..vocab import FEATURIZERS, METRICS
 from . import show_tokens
 from .chat import render_row
 from .plan import (Address, Epochs, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,
                    OutputSpec, Plan, ReadOp, SaveSpec, Weights, WriteOp, group_taps)
-from .rules import ORIGINAL
-from .spec import FitStep, ObserveStep, Ref, Spec, WeightsStep
-from .tokens import Tokenized, answer_tokens, tokenize_rows
 from .featurizer_files import bundle_header, space_width
 from .share import share
+from .tokens import Tokenized, answer_tokens, tokenize_rows
 
 BUFFER_BOUND = 256 * 2**20  # bytes a stacked continuation read may hold (rows × decode × width × 4)
 
@@ -56,7 +56,7 @@ class Context:
 def build(raw: dict, points, ctx: Context) -> Plan:
     """The whole document: a root plan, with one nested plan per sweep point if it is swept.
 
-    ``points`` are the document's points as ``documents.points`` lowered and validated them
+    ``points`` are the document's points as ``document.read.points`` lowered and validated them
     (name, spec, document, coords): a document is lowered and validated once, not again here."""
     if len(points) == 1 and points[0].name is None:
         return compile_point(points[0].spec, ctx, name="<root>", document=raw)
@@ -271,7 +271,7 @@ class _PointCompiler:
 
     def _check_lens(self, path: str) -> None:
         """A lens goes through the final norm: where the model has none to reach, it is refused."""
-        from .spec import Site
+        from ..document.spec import Site
 
         try:
             self.ctx.facts.locate(Site(component="ln_final"), path=path, engine=self.ctx.engine)

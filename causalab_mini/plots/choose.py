@@ -91,13 +91,13 @@ def split_key(key: str) -> tuple[str, Optional[str]]:
 
 
 def varying_axes(run) -> list[str]:
-    from ..results import _distinct
+    from ..outputs.results import _distinct
 
     return [a for a in run.axes if len(_distinct(p.coords[a] for p in run.points)) > 1]
 
 
 def coordinate(value) -> str:
-    from ..plan.sweep import label
+    from ..document.sweep import label
 
     return label(value)
 

@@ -52,7 +52,7 @@ def heatmap(run, chosen: Choice, **_):
 
 
 def line(run, chosen: Choice, *, level: float, **_):
-    from ..results import _distinct
+    from ..outputs.results import _distinct
 
     axis, name = chosen.x, chosen.result
     others = [a for a in varying_axes(run) if a != axis]

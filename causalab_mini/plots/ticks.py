@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from ..plan.sweep import axes
+from ..document.sweep import axes
 from ..shapes import Where
 from .choose import coordinate
 from .landed import Landing

@@ -61,7 +61,7 @@ def section_of(run, *, name: Optional[str] = None, source: Optional[str] = None,
 def run_folders(paths: Iterable) -> list[Path]:
     """Every finished run folder at or under ``paths``, in the order given, each tree sorted by
     path. A folder holding ``run.json`` is one run (its point folders are not searched again)."""
-    from ..plan.write import state
+    from ..outputs.write import state
 
     found: list[Path] = []
     for path in map(Path, paths):

@@ -9,7 +9,7 @@ Two shapes, one way of making each part:
 
 A point is either computed (its plan walked) or served by the cache (its stored rows and
 files); either way its files are the same bytes, and a folder is committed whole
-(``plan/write.commit``).
+(``outputs/write.commit``).
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
-from ..plan import write as writer
+from ..outputs import write as writer
+from ..outputs.results import Point, Run
 from ..plan.plan import Plan
-from ..results import Point, Run
 from ..timing import KEY as TIMING
 from .execution import Execution, Slot
 

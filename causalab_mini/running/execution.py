@@ -35,7 +35,7 @@ class Slot:
 
     index: int  # its document's place in the selection
     doc: object  # api.Document
-    valid: object  # documents.ValidPoint
+    valid: object  # document.read.ValidPoint
     key: str  # its step in the walk's root plan (its name with one document; "i:name" with several)
     compiled: Optional[Plan] = None  # the point compiled alone-equivalent and unshared, unrun
     entry: object = None  # cache.store.Entry, when the cache served it
@@ -86,14 +86,14 @@ class Execution:
     # --- 1. compile ------------------------------------------------------------------------
 
     def _compile(self, tolerant: bool) -> None:
-        from .. import documents
+        from ..plan.compile import compile_plan
 
         for i, (doc, _) in enumerate(self.docs):
             mine = [s for s in self.slots.values() if s.index == i]
             try:
                 with self.clock.measure("compile"):
-                    plan = documents.compile_plan(doc.raw, document=doc.path, data=self.options.data,
-                                                  facts=self.loaded, valid=[s.valid for s in mine], share=False)
+                    plan = compile_plan(doc.raw, document=doc.path, data=self.options.data,
+                                        facts=self.loaded, valid=[s.valid for s in mine], share=False)
             except Exception as err:  # noqa: BLE001 — raised at once, or to each of its points' askers
                 if not tolerant:
                     raise

@@ -372,7 +372,7 @@ def documents(model: str = "tiny-llama", *, data: str = "weekdays/train", sweeps
     operand is a number). ``sweeps`` sometimes sweeps the layer, or the position
     of the read and the write together (``"as": "pos"``). ``engine`` (a local
     engine) keeps to the components it reaches (``vocab.engines_reaching``). Every
-    drawn document passes ``causalab_mini.documents.points``, and the files it reads
+    drawn document passes ``causalab_mini.document.read.points``, and the files it reads
     are read once per process.
     """
     if engine is not None and engine not in LOCAL_ENGINES:

@@ -7,7 +7,7 @@ validator, so every way of building a Spec goes through them.
 
 Every refusal is a ``DocumentError`` naming the document path of the field.
 ``validate_spec`` is the entry point: it turns pydantic's errors into that form
-(``document_errors.document_error``).
+(``errors.document_error``).
 """
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerial
                       model_validator)
 
 from .. import formats, names
-from ..jsontext import array_as_tuple
 from ..errors import CausalabError, DocumentError
-from .document_errors import document_error
-from .expect import Expectation
+from ..jsontext import array_as_tuple
 from ..shapes import Where
 from ..vocab import (COMPONENTS, DTYPES, FEATURIZER_KINDS, FEATURIZERS, MECHANISMS, METRICS, REDUCTIONS,
                      check_params)
+from .errors import document_error
+from .expect import Expectation
 from .rules import check_spec
 
 

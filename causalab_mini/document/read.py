@@ -1,8 +1,9 @@
-"""From a file on disk to a compiled Plan: the front door every verb and the plugin use.
+"""From a file on disk to validated sweep points: the front door every verb and the plugin use.
 
-``read`` parses JSON, ``points`` lowers the sweep and validates each point with
-the front end its shape calls for, and ``compile_plan`` resolves the model,
-reads its config and tokenizer (never its weights) and builds the plan tree.
+``read`` parses JSON, and ``points`` lowers the sweep and validates each point with the front
+end its shape calls for (``spec.py`` for a plan-shaped document, ``protocol.py`` for a protocol
+one), expectations included. No model, no data, no torch: ``plan.compile.compile_plan`` takes
+the points from here to a Plan.
 """
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from .errors import DocumentError
-from .plan import sweep
+from ..errors import DocumentError
+from . import sweep
 
 SUFFIX = ".causalab.json"
 
@@ -21,7 +22,7 @@ MAX_DOCUMENT_BYTES = 16 << 20  # a document is a few kilobytes; data belongs in 
 
 
 def read(path: Union[str, Path]) -> dict:
-    from . import jsontext, reading
+    from .. import jsontext, reading
 
     path = Path(path)
     try:
@@ -51,14 +52,14 @@ def read(path: Union[str, Path]) -> dict:
 
 
 def validate_point(raw: dict):
-    from .plan.document import validate_point as _validate
+    from .protocol import validate_point as _validate
     return _validate(raw)
 
 
 @dataclass(frozen=True)
 class ValidPoint:
     name: Optional[str]
-    spec: Any  # plan.spec.Spec
+    spec: Any  # document.spec.Spec
     # Read-only: a swept point's document shares every subtree its sweep does not change with the
     # document read and the other points (see points()); copy.deepcopy it to edit it.
     document: dict
@@ -69,8 +70,8 @@ def points(raw: dict) -> list[ValidPoint]:
     """Every sweep point of a document, validated (no model, no data), its expectations included:
     a result, point or axis they name that the document does not have is refused here, so
     ``validate``, ``explain`` and pytest's collection refuse the same documents alike."""
-    from . import jsontext
-    from .plan import expect
+    from .. import jsontext
+    from . import expect
 
     try:  # a dict handed over from Python (cm.read(dict)) has met no JSON reader's checks
         jsontext.check(raw)
@@ -103,7 +104,7 @@ def _validated(lowered) -> list[ValidPoint]:
     point gets cannot change: what is handed over validated without error, to what fresh
     validation of the same JSON gives, and no field's validation reads another model's input.
     """
-    from .plan.document import is_protocol
+    from .protocol import is_protocol
 
     found: list[ValidPoint] = []
     reuse: Optional[_Reuse] = None
@@ -223,7 +224,7 @@ def _own_expectations_shared(found: list[ValidPoint]) -> list[ValidPoint]:
     """``_own_expectations`` of every point, for points that share one header: each expectation
     is stripped of its ``points`` once and shared by the points it applies to (which
     ``expect.applying`` finds per expectation, not per point and expectation)."""
-    from .plan import expect
+    from . import expect
 
     exps = found[0].spec.header.expect
     if found[0].name is None or all(e.points is None for e in exps):
@@ -268,44 +269,5 @@ def _own_expectations(point: ValidPoint) -> ValidPoint:
 
 
 def shape(raw: dict) -> str:
-    from .plan.document import is_protocol
+    from .protocol import is_protocol
     return "protocol" if is_protocol(raw) else "plan-shaped"
-
-
-def model_facts(spec, document: Optional[Path], models=None, *, check_revision: bool = True,
-                trust_remote_code: bool = False):
-    """The model's config and tokenizer as ModelFacts (``engine.recipe``, the engines' own first
-    steps); weights are never read, and no code of the model directory's own is run unless
-    ``trust_remote_code``."""
-    from .engine.recipe import describe_model
-
-    return describe_model(spec.model, document=document, models=models, trust_remote_code=trust_remote_code,
-                          check_revision=check_revision).facts
-
-
-def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, data=None,
-                 engine: str = "nnterp", facts=None, trust_remote_code: bool = False,
-                 valid: Optional[list] = None, share: bool = True):
-    """The document's plan tree, compiled against the model's config and tokenizer.
-
-    ``facts``: a loaded engine, which answers the compile-time questions itself (with its own
-    refusals; its name is then the engine compiled for), or ``ModelFacts``; None reads the
-    model's config and tokenizer (never its weights).
-    ``valid``: the document's points as ``points(raw)`` gave them, when the caller already has
-    them, so a document is lowered and validated once.
-    ``share``: run the forwards several sweep points run identically once, ahead of them
-    (``plan/share.py``); False compiles every point to run its own."""
-    from . import data as data_mod
-    from .plan.build import Context, build
-
-    if valid is None:
-        valid = points(raw)
-    if facts is None:
-        # A sweep may not change the model, so the first point names it.
-        facts = model_facts(valid[0].spec, document, models, trust_remote_code=trust_remote_code)
-    else:
-        engine = getattr(facts, "name", engine)
-    ctx = Context(facts=facts, data_roots=data_mod.data_roots(data, document),
-                  document_dir=(Path(document).resolve().parent if document else Path.cwd()),
-                  engine=engine, share=share)
-    return build(raw, valid, ctx)

@@ -265,7 +265,7 @@ def lower(raw: dict, *, share: bool = False) -> list[Point]:
     """One Point per combination of axis values; the first axis varies slowest.
 
     Every point's document is a deep copy sharing nothing, with the input or another point.
-    ``share=True`` (``documents.points``, which validates them and hands them on read-only):
+    ``share=True`` (``document.read.points``, which validates them and hands them on read-only):
     a point's document is fresh only along the paths to its wrappers, which hold its values,
     and shares every other subtree with ``raw`` and the other points (a header of 2,000
     expectations is not copied once per point); the documents are equal to the copies."""
@@ -334,4 +334,4 @@ def refuse_unlowered(doc: dict, front_end: str) -> None:
         return
     for key_path, _ in _walk(doc):
         raise SweepError(join_path(*key_path), f"{front_end} got a sweep wrapper; a document and a plan are each one point",
-                         "lower the sweep first (causalab_mini.plan.sweep.lower) and pass one point")
+                         "lower the sweep first (causalab_mini.document.sweep.lower) and pass one point")

@@ -1,7 +1,7 @@
 """A run's results as Python objects: ``Run`` → ``Point`` → ``Result``.
 
 ``run.point("pos=-2").result("iia").mean()``; ``point.table("iia")`` is the
-metric's rows exactly as a run writes them to disk (``plan.write.metric_rows``),
+metric's rows exactly as a run writes them to disk (``outputs.write.metric_rows``),
 so a test, a notebook and a file never disagree. A point holds either the
 executed sub-plan (every metric, every tensor it produced) or, opened from a run
 directory, what that run saved (``open``: the ``.json`` metrics and the
@@ -20,11 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from .errors import PlanError
-from .formats import ROWS, format_of
-from .plan.plan import Fit, Observe, Plan, Weights
-
-SUFFIX = ".causalab.json"
+from ..document.read import SUFFIX
+from ..errors import PlanError
+from ..formats import ROWS, format_of
+from ..plan.plan import Fit, Observe, Plan, Weights
 
 
 def stem(path) -> str:
@@ -146,7 +145,7 @@ def _scoring_steps(plan: Plan) -> list[tuple[str, Observe]]:
 
 def scored_in_plan(plan: Plan) -> list[Scored]:
     """Every metric an executed plan scored, with the file a save of metric rows writes it to."""
-    from .plan.write import metric_rows
+    from .write import metric_rows
 
     found = []
     for step_name, step in _scoring_steps(plan):
@@ -239,7 +238,7 @@ class Point:
         """The tensors the document saves, by file path (as the run writes them)."""
         if self.plan is None:
             return dict(sorted(self.tensors.items()))
-        from .plan.write import saved_tensors
+        from .write import saved_tensors
 
         out: dict = {}
         for step in self.plan.steps.values():

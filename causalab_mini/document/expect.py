@@ -193,12 +193,12 @@ def metric_names(spec) -> set[str]:
 def check_points(points) -> None:
     """Refuse expectations that name a result no point scores, or points the sweep does not have.
 
-    ``points``: ``documents.points(raw)`` (name, spec, coords). Run at collection, so a typo in
+    ``points``: ``document.read.points(raw)`` (name, spec, coords). Run at collection, so a typo in
     an expectation is a collection error, not a silently vacuous pass.
 
     The refusal is the first in the order: each point in turn, each of its expectations in
     turn, the result and then the point selector. Points that share one list of expectations
-    (``documents`` validates a header no sweep changes once) are checked in time that grows with
+    (``read.points`` validates a header no sweep changes once) are checked in time that grows with
     points plus expectations: the selectors, the same at every point, with the first point;
     after it, only a result some point does not score is looked for where it applies.
     """

@@ -38,7 +38,7 @@ from ..errors import EngineError, PlanError, WriteError
 from ..files import TMP_SUFFIX, tmp_prefix, write_atomic
 # json_bytes is the text of every file a run writes; callers still find it here (writer.json_bytes).
 from ..formats import ROWS, TENSORS, format_of, json_bytes
-from .plan import Fit, Observe, Plan, SaveSpec, Weights
+from ..plan.plan import Fit, Observe, Plan, SaveSpec, Weights
 
 RUN = "run.json"  # the commit record: its presence, without the mark, makes the folder a result
 INCOMPLETE = ".causalab-incomplete"  # the mark of a folder being written: JSON {"files": [...]}

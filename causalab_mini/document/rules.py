@@ -2,7 +2,7 @@
 
 Everything here is decidable from the document alone — no model, no data — so
 ``validate`` and pytest collection catch it. Checks that need the model (layer
-bounds, widths) or the data (columns, rows) are the compiler's (``build.py``).
+bounds, widths) or the data (columns, rows) are the compiler's (``plan/build.py``).
 
 Each rule raises ``DocumentError(path, problem, fix)`` at the field it is about.
 """

@@ -20,7 +20,7 @@ import json
 import math
 from typing import Any, Optional
 
-from .errors import PlanError
+from ..errors import PlanError
 
 FORMATS = ("csv", "json", "md")
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ..errors import DocumentError
 from ..suggest import suggest_fix
-from .document_errors import document_error
+from .errors import document_error
 from .spec import Header, ModelRef, Spec, validate_spec
 
 INTERVENTION = "method"  # the one intervention of a protocol document
