@@ -32,7 +32,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Optional
 
 from ..errors import EngineError, PlanError, WriteError
 from ..files import TMP_SUFFIX, tmp_prefix, write_atomic
@@ -143,16 +143,22 @@ def planned_files(plan: Plan) -> list[str]:
     return [names[0], RUN, *names[1:]]
 
 
-def manifest(plan: Plan, run_record: dict) -> dict[str, bytes]:
-    """Every file of a run, relative path → bytes, made before anything is written.
+def manifest(plan: Plan, run_record: dict, made: Optional[dict] = None) -> dict[str, bytes]:
+    """Every file of a run, relative path → bytes, made before anything is written, in the
+    order ``planned_files`` gives them.
 
-    run.json lists the run's other files (``files``), so the next run into the same
-    directory knows which of what is there this project wrote (see ``write``).
+    ``made``: files whose bytes the caller already has — a point's folder prefix → relative
+    path → bytes (a point served by the cache, or one computed in another walk); every other
+    file is made from the (executed) ``plan``. run.json lists the run's other files
+    (``files``), so the next run into the same directory knows which of what is there this
+    project wrote (see ``write``).
     """
-    order = planned_files(plan)
-    files = {rel: make() for rel, make in layout(plan)}
+    files = {prefix + rel: data for prefix, have in (made or {}).items() for rel, data in have.items()}
+    for rel, make in layout(plan):
+        if rel not in files:
+            files[rel] = make()
     files[RUN] = json_bytes({**run_record, "files": sorted(files)})
-    return {rel: files[rel] for rel in order}
+    return {rel: files[rel] for rel in planned_files(plan)}
 
 
 def state(out: Path) -> str:

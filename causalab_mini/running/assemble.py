@@ -47,7 +47,7 @@ def document_run(execution: Execution, out: Optional[Path] = None) -> Run:
         layout = slots[0].compiled if not swept else Plan(
             name="<root>", steps={s.name: s.compiled for s in slots}, document=doc.raw, produced_by=None)
         saved = {(f"{s.name}/" if swept else ""): _saved(execution, s) for s in slots}
-        ran.files = writer.commit(out, run_files(layout, saved, record))
+        ran.files = writer.commit(out, writer.manifest(layout, record, saved))
     return ran
 
 
@@ -66,7 +66,7 @@ def point_run(execution: Execution, key: str, folder: Optional[Path] = None) -> 
         ran.cached = [point.name] if slot.entry is not None else []
     if folder is not None:
         layout = replace(slot.compiled, name="<root>", coords=())
-        ran.files = writer.commit(folder, run_files(layout, {"": _saved(execution, slot)}, record))
+        ran.files = writer.commit(folder, writer.manifest(layout, record, {"": _saved(execution, slot)}))
     return ran
 
 
@@ -85,15 +85,3 @@ def _saved(execution: Execution, slot: Slot) -> dict[str, bytes]:
     from ..cache.serve import saved
 
     return slot.entry.files if slot.entry is not None else saved(execution.executed(slot.key))
-
-
-def run_files(layout: Plan, saved: dict[str, dict[str, bytes]], record: dict) -> dict[str, bytes]:
-    """Every file of a run, in the writer's order: each point's saved files (``saved``: its
-    folder's prefix → relative path → bytes, computed or served), the document.json files made
-    from the compiled plan ``layout``, and run.json listing them (as ``writer.manifest`` does)."""
-    files = {prefix + rel: data for prefix, made in saved.items() for rel, data in made.items()}
-    for rel, make in writer.layout(layout):
-        if rel not in files:  # a document.json: made from the plan, not from results
-            files[rel] = make()
-    files[writer.RUN] = writer.json_bytes({**record, "files": sorted(files)})
-    return {rel: files[rel] for rel in writer.planned_files(layout)}
