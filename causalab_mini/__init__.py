@@ -15,10 +15,13 @@ The pipeline, one function a stage::
 Every refusal is a ``CausalabError`` (``DocumentError``, ``CompileError``, …) naming
 the document path of the field, what is wrong, and what to write instead.
 
-Besides these names, five modules are public: ``causalab_mini.vocab`` (the closed
+Besides these names, eight modules are public: ``causalab_mini.vocab`` (the closed
 vocabularies: components, mechanisms, metrics, featurizer kinds, position forms),
-``causalab_mini.shapes`` (the position value types), ``causalab_mini.errors``,
-``causalab_mini.report`` (an HTML page of runs) and ``causalab_mini.cache`` (results by key).
+``causalab_mini.shapes`` (the position value types and ``cut``), ``causalab_mini.errors``,
+``causalab_mini.report`` (an HTML page of runs), ``causalab_mini.cache`` (results by key),
+``causalab_mini.checks`` (results held to expectations and references: ``compare_rows``,
+``close``, ``default_tolerance``), ``causalab_mini.names`` (a document's stem, a point's
+name, a swept value's label) and ``causalab_mini.files`` (``write_atomic``: a file written whole).
 
 Importing this package imports nothing but itself — each name loads its module when first
 used — and no stage before ``load`` imports torch: reading, validating and opening a run's
@@ -34,15 +37,14 @@ from typing import Any
 _HOME = {
     **dict.fromkeys(("Document", "read", "points", "compile", "load", "run", "open", "expectation",
                      "resolve_model", "family_layout"), ".api"),
-    **dict.fromkeys(("Run", "Point", "Result", "Grid", "stem", "point_name"), ".outputs.results"),
-    "SUFFIX": ".document.read",
+    **dict.fromkeys(("Run", "Point", "Result", "Grid"), ".outputs.results"),
+    "SUFFIX": ".names",
     **dict.fromkeys(("CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
                      "MissingArtifact", "PlanError", "DamagedRun", "BaselineError", "WriteError",
                      "EngineError", "Unsupported", "HubUnreachable"), ".errors"),
     **dict.fromkeys(("Expectation", "Comparison"), ".document.expect"),
-    **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".engine.registry"),
-    **dict.fromkeys(("weights_digest", "revision_digest"), ".engine.loading"),
-    "write_atomic": ".files",
+    **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".engines"),
+    "revision_digest": ".model.loading",
     "run_points": ".together",
     "run_together": ".together",
     "RunOptions": ".running.options",
@@ -50,28 +52,24 @@ _HOME = {
     **dict.fromkeys(("document_run", "point_run"), ".running.assemble"),
     "stand_in": ".remote",
     "CacheError": ".cache",
-    "label": ".document.sweep",
     "plot": ".plots",
-    **dict.fromkeys(("Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "default_tolerance",
-                    "number"), ".checks"),
+    **dict.fromkeys(("Check", "evaluate", "verdicts"), ".checks"),
 }
-_RENAMED = {"position_cut": (".ops.locate", "cut")}
 # Public modules, loaded as attributes on first use too (``cm.report.write(...)``).
-_MODULES = ("vocab", "shapes", "errors", "report", "cache")
+_MODULES = ("vocab", "shapes", "errors", "report", "cache", "checks", "names", "files")
 
 __all__ = [
     # the pipeline
     "read", "points", "compile", "load", "run", "open", "Document", "resolve_model", "revision_digest",
-    "weights_digest",
-    "expectation", "write_atomic", "family_layout", "position_cut", "plot", "run_points", "run_together", "stand_in",
+    "expectation", "family_layout", "plot", "run_points", "run_together", "stand_in",
     # the one run path the verbs above specialise: selected points on a loaded model, computed when asked for
     "RunOptions", "Execution", "document_run", "point_run",
     # results
     "Run", "Point", "Result", "Grid",
     # verdicts: results held to expectations and references
-    "Check", "evaluate", "verdicts", "compare_rows", "close", "tolerance", "default_tolerance", "number",
+    "Check", "evaluate", "verdicts",
     # documents
-    "SUFFIX", "stem", "point_name", "label", "Expectation", "Comparison", "ENGINES", "LOCAL_ENGINES",
+    "SUFFIX", "Expectation", "Comparison", "ENGINES", "LOCAL_ENGINES",
     # refusals
     "CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
     "MissingArtifact", "PlanError", "DamagedRun", "BaselineError", "WriteError", "EngineError", "Unsupported",
@@ -82,8 +80,6 @@ __all__ = [
 def __getattr__(name: str) -> Any:
     if name in _HOME:
         module, attr = _HOME[name], name
-    elif name in _RENAMED:
-        module, attr = _RENAMED[name]
     elif name in _MODULES:
         return importlib.import_module(f".{name}", __name__)
     else:

@@ -24,10 +24,11 @@ from typing import Optional, Union
 from . import formats
 from .document import read as front
 from .document.expect import Expectation
-from .engine import registry
+from . import engines
 from .errors import PlanError
 from .outputs import run_files
-from .outputs.results import Point, Run, Scored, Result, point_name, stem
+from .names import point_name, stem
+from .outputs.results import Point, Run, Scored, Result
 from .plan import compile as compiler
 from .timing import Clock
 
@@ -111,7 +112,7 @@ def compile(document: Union[PathLike, dict, Document], *, engine: str = "nnterp"
     False gives every point its own (the same numbers, more forwards)."""
     doc = read(document)
     if loaded is None:
-        registry.engine_class(engine)  # an unknown name is refused before the model is looked up
+        engines.engine_class(engine)  # an unknown name is refused before the model is looked up
     return compiler.compile_plan(doc.raw, document=doc.path, models=models, data=data, engine=engine,
                                  facts=loaded, trust_remote_code=trust_remote_code, valid=list(doc.points),
                                  share=share)
@@ -133,7 +134,7 @@ def expectation(raw: dict, *, where: str = "expect") -> Expectation:
 def family_layout(model_type: Optional[str], modules=None):
     """Where a transformers ``model_type`` keeps each component (a document's ``model.modules``
     first): the table ``causalab-mini vocab`` prints; an empty layout for a family not in it."""
-    from .engine.families import UNKNOWN, layout_for
+    from .layouts import UNKNOWN, layout_for
 
     return layout_for(model_type or "", modules) or UNKNOWN
 
@@ -142,7 +143,7 @@ def resolve_model(document: Union[PathLike, dict, Document], *, models=None, has
     """Where the document's model is and its revision (a local checkpoint's weights digest, checked
     against the document's pin), without loading it: ``(key, source, revision, local)``.
     ``hash_weights=False``: no weight file is read; the revision is the document's (an ndif shell's)."""
-    from .engine import loading
+    from .model import loading
 
     doc = read(document)
     return loading.resolve(doc.model.key, doc.model.revision, document=doc.path, roots=models,
@@ -156,7 +157,7 @@ def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", m
     doc = read(document)
     # A sweep may not change the model, so the first point names it; eager attention (which rounds
     # differently) is asked for only when some point taps the attention pattern.
-    return registry.engine_class(engine).load(doc.model, document=doc.path, models=models, device_map=device_map,
+    return engines.engine_class(engine).load(doc.model, document=doc.path, models=models, device_map=device_map,
                                               trust_remote_code=trust_remote_code,
                                               attention_probs=uses_attention_probs(doc.points))
 
@@ -270,7 +271,7 @@ def open(directory: PathLike) -> Run:  # noqa: A001 - the verb of the API, as ru
     # the file before any of it is read as a result (outputs/run_files.py says why).
     record = run_files.record(directory)
     doc = read(run_files.json_object(directory / "document.json", directory), path=directory / "document.json")
-    engine = registry.engine_name(record.get("engine"), remote=bool(record.get("remote")))
+    engine = engines.engine_name(record.get("engine"), remote=bool(record.get("remote")))
     swept = not (len(doc.points) == 1 and doc.points[0].name is None)
     pts = []
     for p in doc.points:

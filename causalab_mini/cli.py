@@ -11,7 +11,7 @@ import json
 import sys
 from pathlib import Path
 
-from .engine import registry  # the engine names: standard library only, like this module's imports
+from . import engines  # the engine names: standard library only, like this module's imports
 from .errors import CausalabError
 
 
@@ -81,7 +81,7 @@ def _cmd_explain(args) -> int:
 
 
 def _cmd_revision(args) -> int:
-    from .engine.loading import revision_digest
+    from .model.loading import revision_digest
     for d in args.directories:
         print(f"{revision_digest(Path(d))}  {d}")
     return 0
@@ -276,8 +276,8 @@ def parser() -> argparse.ArgumentParser:
     p = verbs.add_parser("explain", help="compile documents against the model's config (no weights) "
                                          "and print the plan")
     p.add_argument("documents", nargs="+")
-    p.add_argument("--engine", choices=registry.LOCAL_ENGINES, default=registry.DEFAULT,
-                   help=f"the engine whose refusals apply (default {registry.DEFAULT})")
+    p.add_argument("--engine", choices=engines.LOCAL_ENGINES, default=engines.DEFAULT,
+                   help=f"the engine whose refusals apply (default {engines.DEFAULT})")
     p.add_argument("--trust-remote-code", action="store_true",
                    help="read a model whose config or tokenizer names code of its own (runs that code)")
     p.add_argument("--tokens", action="store_true",
@@ -294,7 +294,7 @@ def parser() -> argparse.ArgumentParser:
 
     p = verbs.add_parser("run", help="run a document and write its results")
     p.add_argument("document", help="a *.causalab.json document (every sweep point runs)")
-    p.add_argument("--engine", choices=registry.ENGINES, default=registry.DEFAULT, help=registry.help_text())
+    p.add_argument("--engine", choices=engines.ENGINES, default=engines.DEFAULT, help=engines.help_text())
     p.add_argument("--device-map", default="cpu", metavar="MAP",
                    help="where the weights load: cpu, cuda:0, auto (spread over every device), ... "
                         "(transformers' device_map; default cpu)")

@@ -1,8 +1,8 @@
 """One record per component: what it is, where in the model it is read, and how wide it is.
 
-The compiler (``engine/facts.py``: widths and head counts), the engines' module finder
+The compiler (``model/facts.py``: widths and head counts), the engines' module finder
 (``engine/standardize.py``: which module and which side of it), the family layouts
-(``engine/families.py``: the side each port reads) and the pytest plugin's strategies
+(``layouts.py``: the side each port reads) and the pytest plugin's strategies
 (the widths a drawn site fits) all read this table, so a width or a side is written once.
 ``vocab`` re-exports it as part of the public vocabulary.
 
@@ -20,7 +20,7 @@ INPUT, OUTPUT, INSIDE = "input", "output", "inside"
 # The module a component is read at, by the role it plays in the model. Where each role is in a
 # given model: the first three through transformers' own accessors (``get_input_embeddings``,
 # ``get_output_embeddings``, the model's returned ``.logits``), the rest through the family's
-# layout (``engine/families.py``), which may place a component at another module of the same
+# layout (``layouts.py``), which may place a component at another module of the same
 # role when the family's code computes it there (BLOOM's attention output is its projection's).
 INPUT_EMBEDDINGS = "input_embeddings"
 OUTPUT_EMBEDDINGS = "output_embeddings"
@@ -117,3 +117,39 @@ BEFORE_LAYERS = frozenset(n for n, c in COMPONENTS.items() if c.module == INPUT_
 VOCAB_WIDE = frozenset(n for n, c in COMPONENTS.items() if c.size == VOCAB)
 # Inside the attention forward (q, k, v, the pattern): the engines find the attention module.
 INTERIORS = frozenset(n for n, c in COMPONENTS.items() if c.io == INSIDE)
+
+
+@dataclass(frozen=True)
+class Address:
+    """One place in the model: a component at a layer, narrowed to heads or units."""
+
+    component: str
+    layer: Optional[int]
+    heads: Optional[tuple[int, ...]]
+    units: Optional[tuple[int, ...]]
+    stage: int  # -1 before the layers, the layer, or num_layers after them
+    order: int  # forward order inside the stage
+    full_width: int  # the component's last axis
+    width: int  # after the heads/units selection
+    columns: Optional[tuple[int, ...]]  # last-axis indices the selection takes (None: all)
+    # attention_probs is (rows, queries, heads·keys), heads-major, and its keys are a forward's
+    # padded width: a site's address has width 0 and no columns; the compiler gives each
+    # forward's ops the address for that forward's keys (build.keyed).
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """Sort key in forward order; taps are visited in this order inside one forward."""
+        return (self.stage, self.order)
+
+    @property
+    def site_key(self) -> tuple:
+        """Identity of the tensor tapped (selection aside): writes and reads at one site share it."""
+        return (self.component, self.layer)
+
+    def spelling(self) -> str:
+        text = self.component if self.layer is None else f"{self.component}[{self.layer}]"
+        if self.heads is not None:
+            text += f".heads{list(self.heads)}".replace(" ", "")
+        if self.units is not None:
+            text += f".units{list(self.units)}".replace(" ", "")
+        return text

@@ -1,4 +1,4 @@
-"""Position value types: ``Anchor``, ``Where`` and ``Selection``.
+"""Position value types: ``Anchor``, ``Where`` and ``Selection``, and ``cut``, what a cut names.
 
 Standard library only. The resolver (``ops/locate.py``) runs wherever the model
 is, possibly a server that has this package but not the document, so the types
@@ -230,3 +230,24 @@ class Selection:
 
     where: Where
     anchors: Optional[tuple[Optional[str], ...]] = None
+
+
+def cut(start: int, end: int, where: Where) -> Optional[tuple[int, ...]]:
+    """The absolute positions ``where``'s cut names in the run ``[start, end)``; None if it does not fit.
+
+    Negative indices and span bounds count from the run's end, not the row's. The resolver
+    (``ops/locate.py``) cuts every run with it; property tests of positions call it directly."""
+    n = end - start
+    if where.index is not None:
+        i = where.index + n if where.index < 0 else where.index
+        return (start + i,) if 0 <= i < n else None
+    if where.last is not None:
+        return tuple(range(end - where.last, end)) if where.last <= n else None
+    if where.all:
+        return tuple(range(start, end)) if n > 0 else None
+    a, b = where.span
+    a = a + n if a < 0 else a
+    b = b + n if b < 0 else b
+    if not (0 <= a < b <= n):
+        return None
+    return tuple(range(start + a, start + b))

@@ -15,7 +15,7 @@ from typing import Optional
 # The components are one record each (what it is, where it is read, its width rule), kept in
 # components.py, which the compiler and the engines read too; re-exported here as vocabulary.
 from .components import BEFORE_LAYERS, COMPONENTS, VOCAB_WIDE, Component  # noqa: F401
-from .engine import registry
+from . import engines
 from .suggest import HintedValueError, did_you_mean
 
 
@@ -104,8 +104,8 @@ def render() -> str:
     lines = ["components:"]
     for c in COMPONENTS.values():
         sel = f"[{c.selector}]" if c.selector else "-"
-        engines = ", ".join(engines_reaching(c))
-        lines.append(f"  {c.name:<18} {c.kind:<9} {sel:<8} width={c.width:<25} engines={engines:<14} {c.where}")
+        reach = ", ".join(engines_reaching(c))
+        lines.append(f"  {c.name:<18} {c.kind:<9} {sel:<8} width={c.width:<25} engines={reach:<14} {c.where}")
     lines.append("mechanisms:       " + ", ".join(sorted(MECHANISMS)))
     for m in sorted(MECHANISMS.values(), key=lambda m: m.name):
         params = ", ".join(
@@ -127,14 +127,14 @@ def render() -> str:
 
 
 def engines_reaching(component: Component) -> tuple[str, ...]:
-    """The local engines (engine/registry.py) that can tap ``component``: an engine tracing through
+    """The local engines (engine/engines.py) that can tap ``component``: an engine tracing through
     nnsight reaches inside a module's forward; one that does not stops at module boundaries."""
-    return tuple(n for n in registry.LOCAL_ENGINES if component.hooks or registry.record(n).traced)
+    return tuple(n for n in engines.LOCAL_ENGINES if component.hooks or engines.record(n).traced)
 
 
 def _families():
-    """The model types with a verified layout (engine/families.py: standard library only, like this)."""
-    from .engine.families import FAMILIES
+    """The model types with a verified layout (layouts.py: standard library only, like this)."""
+    from .layouts import FAMILIES
 
     return FAMILIES
 

@@ -47,12 +47,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-from causalab_mini import BaselineError, write_atomic
+from causalab_mini import BaselineError
+from causalab_mini.files import write_atomic
 
 from .baseline_drift import aggregates_drift, experiment_lines, rows_drift
 from .checks import Check, close, number
 
-from causalab_mini import Point, stem
+from causalab_mini import Point
+from causalab_mini.names import stem
 
 FORMAT = "causalab-baseline/2"  # written; /1 (no "experiment", rows only) is read too
 FORMATS = ("causalab-baseline/1", FORMAT)

@@ -10,7 +10,8 @@ from typing import Sequence
 
 # The checks themselves are causalab_mini's (the HTML report and notebooks show the same rows);
 # this module lays them out as the failure table.
-from causalab_mini import Check, close, compare_rows, default_tolerance, evaluate, number, tolerance
+from causalab_mini import Check, evaluate
+from causalab_mini.checks import close, compare_rows, default_tolerance, number, tolerance
 
 __all__ = ["Check", "close", "compare_rows", "default_tolerance", "evaluate", "number", "tolerance", "render"]
 

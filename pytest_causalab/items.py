@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from causalab_mini import CausalabError, HubUnreachable, MissingArtifact, Unsupported, label, point_name
+from causalab_mini import CausalabError, HubUnreachable, MissingArtifact, Unsupported
+from causalab_mini.names import label, point_name
 
 from . import baseline, page, report
 from .checks import Check, compare_rows, default_tolerance, evaluate, number, render, tolerance

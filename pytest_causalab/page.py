@@ -14,7 +14,8 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Optional
 
-from causalab_mini import SUFFIX, CausalabError, Check, Run, open as open_run, report, stem
+from causalab_mini import SUFFIX, CausalabError, Check, Run, open as open_run, report
+from causalab_mini.names import stem
 
 from .baseline import STATUS
 from .report import COORDS, INDEX

@@ -16,7 +16,7 @@ from collections import defaultdict
 
 import pytest
 
-from causalab_mini import label
+from causalab_mini.names import label
 
 ENGINE = "causalab.engine"
 MEAN = "causalab.mean."

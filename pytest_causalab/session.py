@@ -25,7 +25,8 @@ from typing import Any, Optional
 import pytest
 
 import causalab_mini
-from causalab_mini import LOCAL_ENGINES, Point, Run, point_name, stem
+from causalab_mini import LOCAL_ENGINES, Point, Run
+from causalab_mini.names import point_name, stem
 
 from . import devices
 

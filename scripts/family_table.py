@@ -34,7 +34,7 @@ def _cell(facts, component: str) -> str:
 
 def rows() -> list[dict]:
     import families
-    from causalab_mini.engine.facts import ModelFacts
+    from causalab_mini.model.facts import ModelFacts
 
     out = []
     for family in families.FAMILIES:

@@ -410,7 +410,7 @@ def deadline(seconds: float):
 def preflight(folder: Path):
     """The checks a load makes before the model is allocated (see the module's docstring): None when
     every one passes, else the ``CausalabError`` raised."""
-    from causalab_mini.engine import checkpoint, loading
+    from causalab_mini.model import checkpoint, loading
 
     folder = Path(folder)
     try:

@@ -45,7 +45,8 @@ class EngineCache:
         """
         from causalab_mini import api
         from causalab_mini.document import read as front
-        from causalab_mini.engine import loading, registry
+        from causalab_mini import engines as registry
+        from causalab_mini.model import loading
 
         if isinstance(source, Path):
             document = source if document is None else document

@@ -5,7 +5,7 @@ device; ``scripts/accelerator_check.sh`` runs them (and the sweep benchmark's GP
 machine that has one. Tolerances: a float32 model on a GPU runs other kernels (fused attention,
 another GEMM blocking) than on the CPU, so rows agree to float32 rounding over a dozen ops,
 ``1e-3`` relative and ``1e-4`` absolute; a bf16 model to its dtype's default
-(``cm.default_tolerance``)."""
+(``cm.checks.default_tolerance``)."""
 from __future__ import annotations
 
 import json
@@ -42,12 +42,12 @@ def test_a_document_on_the_gpu_computes_what_it_does_on_the_cpu(name, engine, dt
     gpu = cm.run(doc, engine=engine, models=[MODELS], data=[DATA], device_map="cuda:0", **DOCS[name])
     cpu = cm.run(doc, engine=engine, models=[MODELS], data=[DATA], device_map="cpu", **DOCS[name])
     assert gpu.record["served_dtype"] == cpu.record["served_dtype"]
-    rtol, atol = TOLERANCE.get(dtype) or cm.default_tolerance(dtype)
+    rtol, atol = TOLERANCE.get(dtype) or cm.checks.default_tolerance(dtype)
     there, here = metric_rows(gpu), metric_rows(cpu)
     assert there.keys() == here.keys() and there
     for key in here:
         for a, b in zip(here[key], there[key], strict=True):
-            assert (a is None) == (b is None) and (a is None or cm.close(a, b, rtol, atol)), (key, a, b)
+            assert (a is None) == (b is None) and (a is None or cm.checks.close(a, b, rtol, atol)), (key, a, b)
 
 
 def test_the_model_is_on_the_gpu():

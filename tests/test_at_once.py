@@ -44,7 +44,7 @@ def test_on_two_threads_at_once_agrees_with_one_by_one_within_the_dtypes_toleran
     asserted), and every value stays within fp32's default tolerance, every match exactly."""
     loaded = engines(LAYER_POS, engine)
     points = len(cm.read(LAYER_POS).points)
-    rtol, atol = cm.default_tolerance("fp32")
+    rtol, atol = cm.checks.default_tolerance("fp32")
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:

@@ -1,4 +1,4 @@
-"""The compiler (plan/build.py, engine/facts.py, engine/loading.py) against the shipped tiny-llama.
+"""The compiler (plan/build.py, model/facts.py, model/loading.py) against the shipped tiny-llama.
 
 Documents are written to ``tmp_path`` and compiled with ``compile_plan`` the way
 the CLI does, with the repository's model and data folders as search roots. No
@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from causalab_mini.document.spec import MAX_EPOCHS
-from causalab_mini.engine import loading
+from causalab_mini.model import loading
 from causalab_mini.errors import CompileError, DataError, ModelError, PlanError
 from causalab_mini.plan.compile import compile_plan
 from causalab_mini.plan.explain import explain
@@ -704,7 +704,7 @@ def test_compiling_needs_no_torch_at_all(weights_document):
 
 def test_compiling_with_torch_loads_no_weights(weights_document):
     """With torch importable, no loader runs, no module is built, and a weights file is opened only to hash it
-    (engine/loading.revision_digest) or to read its JSON header (plan/featurizer_files.header)."""
+    (model/loading.revision_digest) or to read its JSON header (plan/featurizer_files.header)."""
     result = _guarded_run("guarded", weights_document)
     assert result["rc"] == 0 and "fit: Fit  3 epochs x 4 updates" in result["cli"]
     assert "nnsight" not in result["loaded"] and "nnterp" not in result["loaded"]

@@ -24,6 +24,7 @@ import causalab_mini as cm
 from causalab_mini import CacheError, cache, cli
 from causalab_mini.cache import Entry, Store, served
 from causalab_mini.engine import provenance
+from causalab_mini.model import loading
 from causalab_mini.outputs.results import Result, Scored
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -208,7 +209,7 @@ def test_other_weights_are_a_miss(engines, tmp_path):
     first = 8 + int.from_bytes(data[:8], "little")  # the first tensor byte, after the header
     data[first] ^= 1  # the lowest bit of one weight
     weights.write_bytes(bytes(data))
-    assert cm.weights_digest(models / "tiny-llama") != cm.weights_digest(MODELS / "tiny-llama")
+    assert loading.weights_digest(models / "tiny-llama") != loading.weights_digest(MODELS / "tiny-llama")
 
     original = engines(unpinned, "hooks")
     store = tmp_path / "cache"

@@ -65,7 +65,7 @@ def test_vocab_json_parses():
     assert data["mechanisms"]["lerp"]["params"]["t"]["required"] is True
     assert data["components"]["attention_z"]["selector"] == "heads"
     assert set(data["metric_kinds"]) == {"match", "logit_diff", "cross_entropy", "token_logit", "token_prob"}
-    from causalab_mini.engine.families import FAMILIES
+    from causalab_mini.layouts import FAMILIES
 
     assert data["model_families"] == sorted(FAMILIES) and {"llama", "gpt2", "bloom", "opt"} <= set(FAMILIES)
 
@@ -196,7 +196,7 @@ def test_a_missing_file_exits_2(tmp_path):
 
 
 def test_revision_prints_the_revision_a_document_pins():
-    from causalab_mini.engine.loading import revision_digest
+    from causalab_mini.model.loading import revision_digest
 
     model = MODELS / "tiny-llama"
     line = ok("revision", str(model)).strip()

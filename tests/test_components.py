@@ -1,5 +1,5 @@
 """One record per component (causalab_mini/components.py), and one recipe for reading a model
-(causalab_mini/engine/recipe.py), held to what the engines do.
+(causalab_mini/model/recipe.py), held to what the engines do.
 
 The record says where a component is read (a module role and a side) and how wide it is (a
 width rule over the model's sizes). Every family layout reads each component on the side its
@@ -24,7 +24,7 @@ from paths import DATA, MODELS
 from causalab_mini import components
 from causalab_mini.components import COMPONENTS, INPUT, INSIDE, OUTPUT
 from causalab_mini.document import read as front
-from causalab_mini.engine import families as layouts
+from causalab_mini import layouts
 from causalab_mini.errors import CompileError, ModelError
 from causalab_mini.plan import compile as compiler
 

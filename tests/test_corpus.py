@@ -16,8 +16,9 @@ from pathlib import Path
 
 import pytest
 
+import causalab_mini as cm
 from causalab_mini.document import read as front
-from causalab_mini.engine import loading
+from causalab_mini.model import loading
 from causalab_mini.errors import MissingArtifact
 from causalab_mini.plan import compile as compiler
 from causalab_mini.plan.plan import Fit, Observe, Operand, Plan, Weights, WriteOp
@@ -29,7 +30,7 @@ def _id(path: Path) -> str:
 
 
 def _v2(name: str) -> Path:
-    return V2 / f"{name}{front.SUFFIX}"
+    return V2 / f"{name}{cm.SUFFIX}"
 
 
 # --- independent facts: the data files, the tokenizer, the config ---------------------------
@@ -93,10 +94,10 @@ def _points(plan: Plan) -> dict:
 # --- every document ---------------------------------------------------------------------------
 
 def test_corpus_is_there():
-    names = {p.name.removesuffix(front.SUFFIX) for p in V2.glob("*" + front.SUFFIX)}
+    names = {p.name.removesuffix(cm.SUFFIX) for p in V2.glob("*" + cm.SUFFIX)}
     missing = set(EXPECTED_POINTS) - names
     assert not missing, f"corpus documents missing: {sorted(missing)}"
-    assert (DOCUMENTS / "protocol" / f"pos_sweep{front.SUFFIX}").is_file()
+    assert (DOCUMENTS / "protocol" / f"pos_sweep{cm.SUFFIX}").is_file()
 
 
 @pytest.mark.parametrize("path", CORPUS, ids=_id)
@@ -148,7 +149,7 @@ def test_point_names(name):
 
 
 def test_protocol_point_names():
-    points = front.points(front.read(DOCUMENTS / "protocol" / f"pos_sweep{front.SUFFIX}"))
+    points = front.points(front.read(DOCUMENTS / "protocol" / f"pos_sweep{cm.SUFFIX}"))
     assert [p.name for p in points] == ["pos=-1", "pos=-2", "pos=-3"]
 
 
@@ -294,7 +295,7 @@ def test_patching_plan(name, key):
     assert [s.file_path for s in score.saves] == ["iia.json", "logit_diff.json"]
 
 
-@pytest.mark.parametrize("path", [_v2("pos_sweep"), DOCUMENTS / "protocol" / f"pos_sweep{front.SUFFIX}"],
+@pytest.mark.parametrize("path", [_v2("pos_sweep"), DOCUMENTS / "protocol" / f"pos_sweep{cm.SUFFIX}"],
                          ids=["plan-shaped", "protocol"])
 def test_pos_sweep_plan(path):
     points = _points(_compiled(path))
@@ -311,7 +312,7 @@ def test_pos_sweep_plan(path):
 
 def test_protocol_and_plan_shapes_compile_alike():
     plan = _points(_compiled(_v2("pos_sweep")))
-    proto = _points(_compiled(DOCUMENTS / "protocol" / f"pos_sweep{front.SUFFIX}"))
+    proto = _points(_compiled(DOCUMENTS / "protocol" / f"pos_sweep{cm.SUFFIX}"))
 
     def shape(point):
         (step,) = point.steps.values()

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
+import causalab_mini as cm
 from causalab_mini.document import read as front
 from causalab_mini.errors import DocumentError
 from paths import V2
@@ -157,5 +158,5 @@ def test_a_sweep_points_document_keeps_its_own_expectations_and_stands_alone():
 
 
 def test_the_corpus_expectations_validate():
-    for path in sorted(SWEEP.parent.parent.rglob("*" + front.SUFFIX)):
+    for path in sorted(SWEEP.parent.parent.rglob("*" + cm.SUFFIX)):
         front.points(copy.deepcopy(front.read(path)))

@@ -16,7 +16,7 @@ written here, on the raw Hugging Face model, one unpadded row at a time:
   rotary — and then runs the family's own eager attention.
 
 Where the family's layout says the engine cannot reach a component (``attention_pattern``
-/ ``attention_call`` False in ``causalab_mini/engine/families.py``), the document naming
+/ ``attention_call`` False in ``causalab_mini/layouts.py``), the document naming
 it is refused at compile time, by name and family, with no weights loaded.
 
 Writes are not run here: a swap of attention_probs must line up key for key, and the
@@ -36,7 +36,7 @@ import torch
 import families
 from test_families import FAMILY_NAMES, REFERENCE, _folder, _observe, document
 import causalab_mini as cm
-from causalab_mini.engine.families import FAMILIES as LAYOUTS
+from causalab_mini.layouts import FAMILIES as LAYOUTS
 from causalab_mini.errors import CompileError
 from causalab_mini.plan import compile as compiler
 from paths import DATA

@@ -20,7 +20,7 @@ import torch
 import families
 import causalab_mini as cm
 from causalab_mini.document import read as front
-from causalab_mini.engine.facts import ModelFacts
+from causalab_mini.model.facts import ModelFacts
 from causalab_mini.errors import CompileError, DocumentError
 from causalab_mini.plan import compile as compiler
 from causalab_mini.vocab import COMPONENTS
@@ -132,7 +132,7 @@ def unknown(family_root):
 
 
 def test_an_unknown_family_is_refused_by_name(family_root, unknown):
-    from causalab_mini.engine.families import FAMILIES
+    from causalab_mini.layouts import FAMILIES
 
     assert UNKNOWN not in FAMILIES
     with pytest.raises(CompileError) as caught:

@@ -21,7 +21,7 @@ from safetensors.torch import load_file, save_file
 
 import causalab_mini as cm
 from causalab_mini.engine import fit as fit_mod
-from causalab_mini.engine import loading
+from causalab_mini.model import loading
 from causalab_mini.engine import steps as steps_mod
 from causalab_mini.errors import CompileError
 from causalab_mini.ops import featurizers as feat

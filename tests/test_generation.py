@@ -24,7 +24,7 @@ pytest.importorskip("nnterp")
 
 import causalab_mini as cm  # noqa: E402
 from causalab_mini.document import read as front
-from causalab_mini.engine.loading import revision_digest  # noqa: E402
+from causalab_mini.model.loading import revision_digest  # noqa: E402
 from causalab_mini.ops import locate  # noqa: E402
 from causalab_mini.outputs.write import write  # noqa: E402
 from causalab_mini.plan import compile as compiler  # noqa: E402

@@ -105,7 +105,7 @@ def _long_context_models(tmp_path: Path) -> Path:
 
 
 def test_a_stacked_read_over_the_buffer_bound_is_refused(tmp_path, capsys):
-    from causalab_mini.engine.loading import revision_digest
+    from causalab_mini.model.loading import revision_digest
 
     models = _long_context_models(tmp_path)
     pin = revision_digest(models / "tiny-llama")  # its config is edited, and the revision covers it

@@ -626,7 +626,7 @@ def _tiny_llama():
 
 
 def _facts(model):
-    from causalab_mini.engine.facts import ModelFacts
+    from causalab_mini.model.facts import ModelFacts
 
     return ModelFacts.from_config(model.config, None, key="x", revision=None)
 

@@ -23,7 +23,7 @@ import pytest
 import torch
 
 import causalab_mini as cm
-from causalab_mini.engine import loading
+from causalab_mini.model import loading
 from paths import DATA, MODELS
 from samples import cli_command, patching_document
 

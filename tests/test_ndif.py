@@ -24,7 +24,8 @@ from run_values import same_results
 from samples import with_pattern
 
 import causalab_mini as cm
-from causalab_mini.engine import loading, ndif
+from causalab_mini.engine import ndif
+from causalab_mini.model import loading
 from causalab_mini.errors import EngineError, Unsupported
 
 pytest_plugins = ["pytester"]

@@ -1,7 +1,7 @@
 """Reduced precision: ``model.dtype`` bf16 and fp16 load and run in that dtype on both engines.
 
 Held to: run.json's served dtype; the two engines agreeing within the dtype's default tolerance
-(``cm.default_tolerance``); every row within a stated distance of the fp32 run; a featurizer's
+(``cm.checks.default_tolerance``); every row within a stated distance of the fp32 run; a featurizer's
 arithmetic in float32 whatever the activation's dtype (a hand computation); and the plugin
 holding a reduced-precision document's baselines to its dtype's default, not fp32's.
 """
@@ -63,12 +63,12 @@ def test_a_reduced_precision_run_on_both_engines(loaded, name, dtype):
         weights = getattr(model, "_model", model).parameters()
         assert {held[w.dtype] for w in weights} == {SERVED[dtype]}
     # The two engines make the same calls in the same dtype: within the dtype's default, row by row.
-    rtol, atol = cm.default_tolerance(dtype)
+    rtol, atol = cm.checks.default_tolerance(dtype)
     nnterp, hooks = metric_rows(runs["nnterp"]), metric_rows(runs["hooks"])
     assert nnterp.keys() == hooks.keys() and nnterp
     for key in nnterp:
         for a, b in zip(nnterp[key], hooks[key], strict=True):
-            assert (a is None) == (b is None) and (a is None or cm.close(a, b, rtol, atol)), key
+            assert (a is None) == (b is None) and (a is None or cm.checks.close(a, b, rtol, atol)), key
     # Against fp32: every row within the stated distance.
     full = metric_rows(cm.run(_document(name, "fp32"), loaded=loaded("hooks", "fp32"), data=[DATA]))
     assert full.keys() == hooks.keys()
@@ -101,9 +101,9 @@ def test_featurizer_arithmetic_stays_float32_on_a_bf16_activation():
 
 
 def test_default_tolerance_follows_the_dtype():
-    assert cm.default_tolerance("fp32") == (1e-4, 1e-5)
-    assert cm.default_tolerance("bf16") == (4 * torch.finfo(torch.bfloat16).eps, torch.finfo(torch.bfloat16).eps)
-    assert cm.default_tolerance("fp16") == (4 * torch.finfo(torch.float16).eps, torch.finfo(torch.float16).eps)
+    assert cm.checks.default_tolerance("fp32") == (1e-4, 1e-5)
+    assert cm.checks.default_tolerance("bf16") == (4 * torch.finfo(torch.bfloat16).eps, torch.finfo(torch.bfloat16).eps)
+    assert cm.checks.default_tolerance("fp16") == (4 * torch.finfo(torch.float16).eps, torch.finfo(torch.float16).eps)
 
 
 def test_the_plugin_holds_a_bf16_baseline_to_the_bf16_default(tester):

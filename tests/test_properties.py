@@ -466,7 +466,7 @@ def test_model_bounds_and_prompt_lengths_agree_with_the_engine(facts):
     b = cst.model_bounds("tiny-llama")
     assert (b["num_layers"], b["d_model"], b["n_heads"], b["n_kv_heads"], b["head_dim"], b["d_mlp"]) == \
         (f.num_layers, f.d_model, f.n_heads, f.n_kv_heads, f.head_dim, f.d_mlp)
-    from causalab_mini.engine.loading import revision_digest
+    from causalab_mini.model.loading import revision_digest
     assert b["revision"] == revision_digest(MODELS / "tiny-llama")
     tok = f.tokenizer
     prefix = len(locate.special_prefix(tok))

@@ -106,7 +106,7 @@ def _checkpoint_with(template: str, tmp_path, where: str):
 @pytest.mark.parametrize("where", ["chat_template.jinja", "tokenizer_config.json"])
 @pytest.mark.parametrize("case", list(TEMPLATES))
 def test_a_chat_template_that_fails_to_render_is_refused_naming_it(tmp_path, capsys, case, where):
-    from causalab_mini.engine.loading import revision_digest
+    from causalab_mini.model.loading import revision_digest
 
     template, words = TEMPLATES[case]
     models, source = _checkpoint_with(template, tmp_path, where)

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from causalab_mini.engine import loading
+from causalab_mini.model import loading
 from causalab_mini.errors import ModelError
 
 

@@ -102,7 +102,7 @@ def _plain(value: Any) -> Any:
         return {"count": value.count, "rows": value.rows, "batch_size": value.batch_size, "seed": value.seed,
                 "first": _plain(value[0]) if value.count else None}
     if isinstance(value, FeaturizerSpec) and value.file_path is not None:
-        from ..engine.loading import file_digest
+        from ..model.loading import file_digest
 
         fields = _plain(dataclasses.replace(value, file_path=None))
         return {**fields, "file": file_digest(Path(value.file_path)).hex()}

@@ -24,9 +24,9 @@ from .store import Entry, Store
 
 def open_store(directory, *, engine: str) -> Store:
     """The cache folder, refused (with ``engine``, the run's engine name) before the model loads."""
-    from ..engine import registry
+    from .. import engines
 
-    if engine in registry.ENGINES and registry.record(engine).remote:
+    if engine in engines.ENGINES and engines.record(engine).remote:
         raise CacheError("cache", "a remote run's served dtype is chosen by the server, after the run, "
                          "so its results cannot be keyed before it", "run locally, or without a cache")
     return Store(directory)

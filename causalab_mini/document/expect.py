@@ -325,7 +325,7 @@ class _Labels:
 
 
 def _label(value: Any) -> str:
-    from .sweep import label
+    from ..names import label
     return label(value)
 
 

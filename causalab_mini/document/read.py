@@ -15,8 +15,6 @@ from typing import Any, Optional, Union
 from ..errors import DocumentError
 from . import sweep
 
-SUFFIX = ".causalab.json"
-
 
 MAX_DOCUMENT_BYTES = 16 << 20  # a document is a few kilobytes; data belongs in datasets
 

@@ -34,6 +34,7 @@ import math
 from dataclasses import dataclass, field
 
 from causalab_mini.errors import SweepError, join_path
+from causalab_mini.names import label
 
 _REFUSED_OPTIONS = ("at_once", "cohorts")  # protocol sweep options a document may not carry here
 _REFUSALS = {
@@ -91,15 +92,6 @@ def _walk(obj, path: tuple = ()):
 def find_wrappers(raw) -> list[tuple[str, dict]]:
     """Every wrapper in ``raw`` as (dotted path, wrapper), in reading order."""
     return [(join_path(*p), w) for p, w in _walk(raw)]
-
-
-def label(value) -> str:
-    """A value's spelling in a point name: [x] as x, strings bare, the rest compact JSON."""
-    if isinstance(value, list) and len(value) == 1:
-        return label(value[0])  # a one-element band/head/latent is named by its element
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"))
 
 
 def _values(key_path: tuple, wrapper: dict) -> tuple:

@@ -11,7 +11,7 @@ from typing import Any, ClassVar, Optional
 
 
 class Engine:
-    name: ClassVar[str]  # its name in engine/registry.py: whose compile-time refusals apply
+    name: ClassVar[str]  # its name in engines.py: whose compile-time refusals apply
     model: Any  # the loaded model (a StandardizedTransformer, or an AutoModelForCausalLM)
 
     @classmethod

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import ModelError
-from . import checkpoint, loading
+from ..model import checkpoint, loading
 
 FIX = ("restore the checkpoint (save_pretrained writes every tensor the model has) or point model.key at a "
        "complete one")

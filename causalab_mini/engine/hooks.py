@@ -19,11 +19,12 @@ from typing import ClassVar
 
 from ..components import INPUT
 from ..errors import EngineError
-from . import loading, provenance, standardize, steps, taps
+from ..model import loading
+from . import provenance, standardize, steps, taps
 from .base import Engine
 from .complete import load_causal_lm
-from .facts import AnswersFromFacts, ModelFacts
-from .recipe import describe_model
+from ..model.facts import AnswersFromFacts, ModelFacts
+from ..model.recipe import describe_model
 
 
 # --- where the tensor sits inside a module's value ------------------------------------------

@@ -59,11 +59,12 @@ import torch
 from ..components import INPUT
 from ..errors import CausalabError, CompileError, EngineError, ModelError, Unsupported
 from ..plan import plan as plan_module
-from . import loading, provenance, steps, taps
+from ..model import loading
+from . import provenance, steps, taps
 from . import standardize
 from .complete import load_causal_lm
-from .facts import AnswersFromFacts, ModelFacts
-from .recipe import describe_model
+from ..model.facts import AnswersFromFacts, ModelFacts
+from ..model.recipe import describe_model
 
 # The call whose arguments are q, k and v after reshape and rotary, matched on the source
 # line: nnsight names an operation {callable}_{occurrence}, and a line is what a reader sees.

@@ -26,7 +26,7 @@ from torch import nn
 from ..components import (COMPONENTS, INPUT_EMBEDDINGS, INTERIORS, LAYER, LN_FINAL, MODEL, OUTPUT_EMBEDDINGS,
                           PROJECTIONS)
 from ..errors import CompileError, ModelError
-from .families import ATTENTION
+from ..layouts import ATTENTION
 
 ROOT = ""  # the path of the top-level model: its output's ``logits`` is the ``logits`` component
 

@@ -25,34 +25,16 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Optional, Sequence
 
-from ..shapes import CHAT_ROLES, EOS, Where
+from ..shapes import CHAT_ROLES, EOS, Where, cut
 
-Window = tuple[int, ...]
+Window = tuple[int, ...]  # absolute positions in a row
 
 MISSING = "alignment_missing"  # the anchor's text (or the segment) is not in this row
 AMBIGUOUS = "alignment_ambiguous"  # it is there more than once: scope it to make it one
 OUTSIDE = "cut_outside_scope"  # the run was found and the cut names tokens it does not have
 
 
-# --- the cut -------------------------------------------------------------------
-
-def cut(start: int, end: int, where: Where) -> Optional[Window]:
-    """The absolute positions ``where``'s cut names in the run ``[start, end)``; None if it does not fit."""
-    n = end - start
-    if where.index is not None:
-        i = where.index + n if where.index < 0 else where.index
-        return (start + i,) if 0 <= i < n else None
-    if where.last is not None:
-        return tuple(range(end - where.last, end)) if where.last <= n else None
-    if where.all:
-        return tuple(range(start, end)) if n > 0 else None
-    a, b = where.span
-    a = a + n if a < 0 else a
-    b = b + n if b < 0 else b
-    if not (0 <= a < b <= n):
-        return None
-    return tuple(range(start + a, start + b))
-
+# --- the cut (``shapes.cut`` cuts one run) ---------------------------------------
 
 def cut_rows(spans: Sequence[tuple[int, int]], where: Where) -> tuple[Optional[Window], ...]:
     """The fixed cut of every row's run (the prompt frame with no scope)."""

@@ -20,20 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from ..document.read import SUFFIX
 from ..errors import PlanError
 from ..formats import ROWS, format_of
 from ..plan.plan import Fit, Observe, Plan, Weights
-
-
-def stem(path) -> str:
-    """``patching.causalab.json`` → ``patching``: an unswept document's one point is called this."""
-    name = Path(path).name
-    return name[: -len(SUFFIX)] if name.endswith(SUFFIX) else Path(path).stem
-
-
-def point_name(path, name: Optional[str]) -> str:
-    return name if name is not None else stem(path)
 
 
 class Result:

@@ -35,7 +35,7 @@ BUFFER_BOUND = 256 * 2**20  # bytes a stacked continuation read may hold (rows Ã
 class Context:
     """What every point of one document compiles against."""
 
-    facts: Any  # engine.facts.ModelFacts (or an engine exposing the same members)
+    facts: Any  # model.facts.ModelFacts (or an engine exposing the same members)
     data_roots: list
     document_dir: Path
     engine: str = "nnterp"

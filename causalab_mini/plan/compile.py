@@ -1,7 +1,7 @@
 """From a document's validated points to a compiled Plan: the compiler's front door.
 
 ``compile_plan`` resolves the model, reads its config and tokenizer (never its weights, through
-``engine.recipe``, the engines' own first step) and builds the plan tree (``build.py``) from the
+``model.recipe``, the engines' own first step) and builds the plan tree (``build.py``) from the
 points ``document.read.points`` validated.
 """
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Optional
 
 def model_facts(spec, document: Optional[Path], models=None, *, check_revision: bool = True,
                 trust_remote_code: bool = False):
-    """The model's config and tokenizer as ModelFacts (``engine.recipe``, the engines' own first
+    """The model's config and tokenizer as ModelFacts (``model.recipe``, the engines' own first
     steps); weights are never read, and no code of the model directory's own is run unless
     ``trust_remote_code``."""
-    from ..engine.recipe import describe_model
+    from ..model.recipe import describe_model
 
     return describe_model(spec.model, document=document, models=models, trust_remote_code=trust_remote_code,
                           check_revision=check_revision).facts

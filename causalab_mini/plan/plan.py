@@ -12,44 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Optional, Union
 
+from ..components import Address  # noqa: F401 — part of the plan's vocabulary: every op carries one
 from ..errors import PlanError
 from ..shapes import Where
-
-
-@dataclass(frozen=True)
-class Address:
-    """One place in the model: a component at a layer, narrowed to heads or units."""
-
-    component: str
-    layer: Optional[int]
-    heads: Optional[tuple[int, ...]]
-    units: Optional[tuple[int, ...]]
-    stage: int  # -1 before the layers, the layer, or num_layers after them
-    order: int  # forward order inside the stage
-    full_width: int  # the component's last axis
-    width: int  # after the heads/units selection
-    columns: Optional[tuple[int, ...]]  # last-axis indices the selection takes (None: all)
-    # attention_probs is (rows, queries, heads·keys), heads-major, and its keys are a forward's
-    # padded width: a site's address has width 0 and no columns; the compiler gives each
-    # forward's ops the address for that forward's keys (build.keyed).
-
-    @property
-    def key(self) -> tuple[int, int]:
-        """Sort key in forward order; taps are visited in this order inside one forward."""
-        return (self.stage, self.order)
-
-    @property
-    def site_key(self) -> tuple:
-        """Identity of the tensor tapped (selection aside): writes and reads at one site share it."""
-        return (self.component, self.layer)
-
-    def spelling(self) -> str:
-        text = self.component if self.layer is None else f"{self.component}[{self.layer}]"
-        if self.heads is not None:
-            text += f".heads{list(self.heads)}".replace(" ", "")
-        if self.units is not None:
-            text += f".units{list(self.units)}".replace(" ", "")
-        return text
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def varying_axes(run) -> list[str]:
 
 
 def coordinate(value) -> str:
-    from ..document.sweep import label
+    from ..names import label
 
     return label(value)
 

@@ -118,7 +118,7 @@ def _landed(record: dict) -> list[str]:
 def _tokenizer(key: str, revision: Optional[str], document: Optional[str]):
     """The model's tokenizer from where the run found it, or None: a label is never worth a download,
     nor a refusal (a folder gone, a hub model not cached, a tokenizer that needs its own code)."""
-    from ..engine import loading
+    from ..model import loading
 
     try:
         from transformers import AutoTokenizer

@@ -43,7 +43,7 @@ def figure(ncols: int = 1, nrows: int = 1, size=SIZE):
 
 def title(run, what: str) -> str:
     """The figure's title: the document's name (never a path: the same run gives the same bytes anywhere)."""
-    from ..outputs.results import stem
+    from ..names import stem
 
     name = (run.record or {}).get("document") or (stem(run.document) if run.document else None)
     return f"{name}: {what}" if name else what

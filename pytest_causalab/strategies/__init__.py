@@ -4,11 +4,12 @@ Everything a researcher needs to write a property test of a position, a write or
 a whole document, drawn valid by construction::
 
     from hypothesis import given
+    from causalab_mini.shapes import cut
     from pytest_causalab import strategies as cst
 
     @given(cst.positions(length=9))
     def test_cut_fits(where):
-        assert position_cut(0, 9, where) is not None
+        assert cut(0, 9, where) is not None
 
 =========================  ===============================================================
 ``positions``              ``Where`` values, valid for a run of ``length`` tokens

@@ -206,8 +206,6 @@ def prompt_lengths(model: str = "tiny-llama", data: str = "weekdays/train", *,
     return _lengths(_model_dir(model, models), _data_file(data, data_roots), tuple(fields))
 
 
-_METRIC_NAMES = {"match": "iia", "logit_diff": "logit_diff", "cross_entropy": "ce",
-                 "token_logit": "answer_logit", "token_prob": "p_answer"}
 _ANSWER_COLUMNS = ("cf_answer", "base_answer", "answer", "label")
 # Columns holding the same answer on every row (answer is base_answer, label is cf_answer).
 _SAME_ANSWER = {"cf_answer": "cf", "label": "cf", "base_answer": "base", "answer": "base"}
@@ -311,9 +309,9 @@ def _document(draw, model: str, data: str, models, data_roots, sweeps: bool, sco
             if not others:
                 continue
             metric["b"] = draw(st.sampled_from(others))
-        metrics[_METRIC_NAMES.get(kind, kind)] = metric  # a kind registered later goes by its own name
+        metrics[kind] = metric  # each drawn metric is named by its kind: at most one of each
     if not metrics:  # data with one answer column and only logit_diff drawn
-        metrics["p_answer"] = {"kind": "token_prob", "of": "logits", "token": answers[0]}
+        metrics["token_prob"] = {"kind": "token_prob", "of": "logits", "token": answers[0]}
     saved = draw(st.lists(st.sampled_from(sorted(metrics)), unique=True, max_size=len(metrics)))
     saves = []
     for name in saved:

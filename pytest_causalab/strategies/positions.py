@@ -11,7 +11,7 @@ from hypothesis import assume
 from hypothesis import strategies as st
 from hypothesis.errors import InvalidArgument
 
-from causalab_mini import position_cut
+from causalab_mini import shapes
 from causalab_mini.shapes import CHAT_ROLES, CUTS, EOS, FRAMES, Anchor, Where
 
 from .words import _PUNCTUATION, FILLER_WORDS, WEEKDAYS
@@ -86,7 +86,7 @@ def positions(length: Union[int, Sequence[int], None] = None, *, frames: Sequenc
 
     The run is what the cut is applied to: the row's prompt content when there is
     no scope, the anchor's tokens inside one. With ``length`` every drawn spec
-    fits it — ``position_cut(start, start + length, where)`` is never None — and
+    fits it — ``shapes.cut(start, start + length, where)`` is never None — and
     every integer spelling is covered: negative indices, spans whose ends mix
     signs (``[2, -1]``), ``last`` up to the whole run, ``all``. ``length`` may be
     a sequence of lengths (a batch's rows): every drawn spec then fits each of
@@ -129,7 +129,7 @@ def positions(length: Union[int, Sequence[int], None] = None, *, frames: Sequenc
                    tuple(variables) if variables else None, segments, writable, max_index)
     if lengths is None or len(lengths) == 1:
         return drawn
-    return drawn.filter(lambda w: all(position_cut(0, n, w) is not None for n in lengths))
+    return drawn.filter(lambda w: all(shapes.cut(0, n, w) is not None for n in lengths))
 
 
 @st.composite

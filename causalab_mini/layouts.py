@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping, Optional
 # Which side of a module each component is read at is the component's own record; a layout
 # says only which module. ATTENTION also keys the port of the attention module itself, whose
 # forward holds the interiors.
-from ..components import ATTENTION, COMPONENTS, OUTPUT
+from .components import ATTENTION, COMPONENTS, OUTPUT
 
 
 @dataclass(frozen=True)

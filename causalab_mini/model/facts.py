@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from ..components import BEFORE_LAYERS, COMPONENTS, PUBLISHED_ROLES
+from ..components import BEFORE_LAYERS, COMPONENTS, PUBLISHED_ROLES, Address
 from ..errors import CompileError
-from ..plan.plan import Address
-from .families import FAMILIES, UNKNOWN, Layout, OutputTransform, layout_for
-from .registry import traced_names
+from ..layouts import FAMILIES, UNKNOWN, Layout, OutputTransform, layout_for
+from ..engines import traced_names
 
 TRACED = traced_names()  # the engines that trace through nnsight: nnterp's reach and refusals
 # Found through transformers' own published accessors (get_input_embeddings, get_output_embeddings,

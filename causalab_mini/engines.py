@@ -14,13 +14,13 @@ import importlib
 from dataclasses import dataclass
 from typing import Optional
 
-from ..errors import EngineError
+from .errors import EngineError
 
 
 @dataclass(frozen=True)
 class EngineRecord:
     name: str  # what --engine and the API's ``engine=`` call it, and what the class's ``.name`` says
-    module: str  # the module under causalab_mini.engine that defines the class
+    module: str  # the dotted module that defines the class (an engine of a researcher's own: theirs)
     class_name: str  # the class; run.json records this name (provenance.record), engine_name maps it back
     # Traces the forward through nnsight: it reaches values inside a module's forward (not only
     # module boundaries, where a forward hook stops), and nnterp's own refusals apply to it.
@@ -36,15 +36,15 @@ class EngineRecord:
 
     def load_class(self) -> type:
         """The engine class (imports its module, and with it torch)."""
-        return getattr(importlib.import_module(f"{__package__}.{self.module}"), self.class_name)
+        return getattr(importlib.import_module(self.module), self.class_name)
 
 
 RECORDS: tuple[EngineRecord, ...] = (
-    EngineRecord("nnterp", "nnterp", "NNterpEngine", traced=True,
+    EngineRecord("nnterp", "causalab_mini.engine.nnterp", "NNterpEngine", traced=True,
                  description="nnsight through nnterp's standardized names"),
-    EngineRecord("hooks", "hooks", "HooksEngine", traced=False,
+    EngineRecord("hooks", "causalab_mini.engine.hooks", "HooksEngine", traced=False,
                  description="plain torch forward hooks"),
-    EngineRecord("ndif", "ndif", "NDIFEngine", traced=True, remote_of="nnterp",
+    EngineRecord("ndif", "causalab_mini.engine.ndif", "NDIFEngine", traced=True, remote_of="nnterp",
                  description="the nnterp engine on a weightless shell, run on NDIF"),
 )
 DEFAULT = "nnterp"  # the engine a caller that names none gets
