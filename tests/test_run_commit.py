@@ -1,7 +1,8 @@
 """A run's folder is committed whole: killed at any write, it is the previous run or incomplete.
 
-The plan is run once; then, for every filesystem step ``write`` takes (each fsync,
-rename, unlink and rmdir), a forked child writes it and is SIGKILLed at that step. After
+The plan is run once; then, for every filesystem step ``write`` takes (each rename, unlink,
+rmdir and fsync, and the one durability barrier before run.json), a forked child writes it
+and is SIGKILLed at that step. After
 each kill the folder is either the previous run, byte for byte, or ``state`` calls it
 incomplete — never a result with missing or mixed files — and a rerun into it leaves
 exactly the files a clean run leaves, byte for byte. The same holds for a rerun of a
@@ -28,6 +29,7 @@ from paths import DATA, MODELS, V2
 from samples import cli_command, patching_document
 
 KILLABLE = ("fsync", "replace", "unlink", "rmdir")  # the os calls a write's steps go through
+BARRIER = "barrier"  # files.barrier, as the writer calls it: killable too
 
 
 def _swept() -> dict:
@@ -75,6 +77,14 @@ def _write_killed_when(plan, out: Path, kill) -> bool:
                     os.kill(os.getpid(), signal.SIGKILL)
                 return _original(*args, **kwargs)
             setattr(os, name, counted)
+        original_barrier = write_mod.barrier
+
+        def barrier(*args, **kwargs):
+            count[0] += 1
+            if kill(count[0], BARRIER, args):
+                os.kill(os.getpid(), signal.SIGKILL)
+            return original_barrier(*args, **kwargs)
+        write_mod.barrier = barrier
         try:
             write_mod.write(plan, out, plan.provenance)
         finally:
@@ -155,13 +165,78 @@ def test_a_kill_after_the_files_land_and_before_run_json_is_never_a_finished_run
     assert write_mod.state(out) == "complete" and cm.open(out).record["files"] == sorted(set(after) - {write_mod.RUN})
 
 
+@pytest.mark.parametrize("over_previous", [False, True])
+def test_a_kill_between_the_data_writes_and_the_barrier_is_never_a_finished_run(plans, tmp_path, over_previous):
+    """Killed with every data file moved into place but before the barrier that makes them durable
+    (and so before run.json): the folder is incomplete, ``open`` refuses it, a rerun is clean."""
+    first, second = plans
+    after = _clean(second, tmp_path / "clean")
+    out = tmp_path / "out"
+    if over_previous:
+        write_mod.write(first, out, first.provenance)
+    assert _write_killed_when(second, out, lambda count, name, args: name == BARRIER)
+    got = _without_leftovers(_snapshot(out))
+    assert write_mod.RUN not in got and write_mod.INCOMPLETE in got
+    assert {rel: data for rel, data in got.items() if rel != write_mod.INCOMPLETE} == \
+        {rel: data for rel, data in after.items() if rel != write_mod.RUN}
+    assert write_mod.state(out) == "incomplete"
+    with pytest.raises(PlanError, match="did not finish"):
+        cm.open(out)
+    write_mod.write(second, out, second.provenance)
+    assert _snapshot(out) == after
+
+
+def test_a_run_is_made_durable_by_one_barrier_before_its_commit_record(plans, tmp_path, monkeypatch):
+    """However many files a run writes, the writer flushes none of them alone: one barrier over the
+    folder, after every data file is in place and before run.json is renamed there."""
+    _, second = plans
+    out = tmp_path / "out"
+    events = []
+    original_barrier, original_replace, original_fsync = write_mod.barrier, os.replace, os.fsync
+
+    inside = [False]
+
+    def barrier(folder, written=()):
+        written = list(written)
+        events.append(("barrier", Path(folder), sorted(str(p.relative_to(out)) for p in written)))
+        inside[0] = True
+        try:
+            return original_barrier(folder, written)
+        finally:
+            inside[0] = False
+
+    def replace(src, dst, *args, **kwargs):
+        events.append(("replace", Path(dst)))
+        return original_replace(src, dst, *args, **kwargs)
+
+    def fsync(fd):
+        if not inside[0]:
+            events.append(("fsync", fd))
+        return original_fsync(fd)
+
+    monkeypatch.setattr(write_mod, "barrier", barrier)
+    monkeypatch.setattr(os, "replace", replace)
+    monkeypatch.setattr(os, "fsync", fsync)
+    write_mod.write(second, out, second.provenance)
+    barriers = [e for e in events if e[0] == "barrier"]
+    assert len(barriers) == 1 and barriers[0][1] == out
+    # It covers every file of the run but run.json, each already in its place.
+    assert barriers[0][2] == sorted(set(_snapshot(out)) - {write_mod.RUN})
+    moved = [i for i, e in enumerate(events) if e[0] == "replace" and e[1].parent != out / write_mod.STAGING]
+    at = events.index(barriers[0])
+    commit = next(i for i, e in enumerate(events) if e[0] == "replace" and e[1] == out / write_mod.RUN)
+    assert max(i for i in moved if i != commit) < at < commit
+    # No file flushed on its own outside the barrier (which, off Linux, fsyncs inside itself).
+    assert [e for e in events if e[0] == "fsync"] == []
+
+
 def test_a_write_that_fails_half_way_leaves_the_previous_run(plans, tmp_path, monkeypatch):
     """A full disk: the staging write fails on its third file; the previous run stays whole."""
     first, second = plans
     out = tmp_path / "out"
     before = _clean(first, out)
     calls = [0]
-    original = write_mod.write_atomic
+    original = write_mod.write_new
 
     def full(path, data):
         calls[0] += 1
@@ -169,7 +244,7 @@ def test_a_write_that_fails_half_way_leaves_the_previous_run(plans, tmp_path, mo
             raise OSError(28, "No space left on device")
         return original(path, data)
 
-    monkeypatch.setattr(write_mod, "write_atomic", full)
+    monkeypatch.setattr(write_mod, "write_new", full)
     with pytest.raises(WriteError, match="No space left on device while staging the run; the previous run "
                                          "there is as it was"):
         write_mod.write(second, out, second.provenance)

@@ -61,7 +61,7 @@ from ..errors import CausalabError, CompileError, EngineError, ModelError, Unsup
 from ..plan import plan as plan_module
 from ..model import loading
 from . import provenance, steps, taps
-from . import standardize
+from . import standardize, unwrap
 from .complete import load_causal_lm
 from ..model.facts import AnswersFromFacts, ModelFacts
 from ..model.recipe import describe_model
@@ -234,6 +234,8 @@ class NNterpEngine(AnswersFromFacts):
             except (OSError, ValueError) as err:  # no safetensors weights, a broken file, ...
                 raise loading._hub_failure(resolved, err, roots) from None
         loading.freeze(model._model)
+        if weights:  # its forwards run here: each keeps nnsight's wrapping only where its taps are (unwrap.py)
+            unwrap.manage(model._model, model.interleaver)
         return cls(model, facts)
 
     # --- compile-time members ---------------------------------------------------
@@ -290,6 +292,7 @@ class NNterpEngine(AnswersFromFacts):
             if point.within in keys:
                 ahead.setdefault(point.within, []).append(point)
         apply = _apply_taps  # a local: the block names no module globals (see execute)
+        unwrap.narrow(model._model, self._reached(forward.taps))
         if not forward.decode:
             with _plain_errors(), model.trace(inputs):
                 with torch.set_grad_enabled(grad):
@@ -338,6 +341,14 @@ class NNterpEngine(AnswersFromFacts):
         if found.io == INPUT:
             return _Point(key, self._envoy(found.path), "input", _itself, _replaced, flat=found.flat)
         return _Point(key, self._envoy(found.path), "output", _first, _put_first, flat=found.flat)
+
+    def _reached(self, tap_list) -> set[str]:
+        """The module paths a forward's taps hand values over at ("" is the model), and the final
+        norm and head a lens calls."""
+        paths = {self._found(t.address.component, t.address.layer, t.address.spelling()).path for t in tap_list}
+        if any(op.view == "logits" for t in tap_list for op in t.reads):
+            paths |= {self._found(c, None, "view").path for c in ("ln_final", "lm_head")}
+        return {"" if p == standardize.ROOT else p for p in paths}
 
     def _project(self, x):
         """A lens, inside a trace: the final norm's and the head's envoys called on ``x``, then the

@@ -15,7 +15,13 @@ record (``write``):
    ours that may be in it) and the old run.json removed;
 4. the staged files are moved into place and the previous run's files that this
    run does not write are removed;
-5. run.json is written, then the mark and the staging folder go.
+5. one barrier (``files.barrier``) puts all of it on the disk;
+6. run.json is written, then the mark and the staging folder go.
+
+No file is flushed on its own: a kill (the process dies, the kernel keeps what it was given)
+needs no flush at all, and for a crash of the machine the one barrier before run.json is what
+matters — a run.json on the disk always has its data files there before it. A crash after the
+barrier may lose run.json itself, and the folder then reads as incomplete, never as a result.
 
 A kill at any point leaves either the previous run, whole, or a folder that
 ``state`` calls incomplete — never one that reads as a result. The next write
@@ -35,7 +41,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from ..errors import EngineError, PlanError, WriteError
-from ..files import TMP_SUFFIX, tmp_prefix, write_atomic
+from ..files import TMP_SUFFIX, barrier, tmp_prefix, write_atomic, write_new
 # json_bytes is the text of every file a run writes; callers still find it here (writer.json_bytes).
 from ..formats import ROWS, TENSORS, format_of, json_bytes
 from ..plan.plan import Fit, Observe, Plan, SaveSpec, Weights
@@ -281,15 +287,20 @@ def _left(out: Path) -> str:
 
 
 def _commit(out: Path, stage: Path, files: dict, previous: set, ours: set) -> None:
-    """Steps 3 to 5: mark, move into place, remove what this run no longer writes, run.json last."""
-    write_atomic(out / INCOMPLETE, (json.dumps({"files": sorted(ours - {INCOMPLETE})}) + "\n").encode())
+    """Steps 3 to 6: mark, move into place, remove what this run no longer writes, the barrier,
+    run.json last."""
+    write_atomic(out / INCOMPLETE, (json.dumps({"files": sorted(ours - {INCOMPLETE})}) + "\n").encode(),
+                 durable=False)
     (out / RUN).unlink(missing_ok=True)
+    placed = []
     for rel in files:
         if rel != RUN:
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             os.replace(stage / rel, out / rel)
+            placed.append(out / rel)
     _remove(out, previous - set(files))
-    write_atomic(out / RUN, files[RUN])
+    barrier(out, placed)
+    write_atomic(out / RUN, files[RUN], durable=False)
     (out / INCOMPLETE).unlink()
     shutil.rmtree(stage, ignore_errors=True)
 
@@ -344,7 +355,7 @@ def _commit_owned(out: Path, files: dict[str, bytes]) -> list[Path]:
         for rel, data in files.items():
             if rel != RUN:
                 (stage / rel).parent.mkdir(parents=True, exist_ok=True)
-                write_atomic(stage / rel, data)
+                write_new(stage / rel, data)
     except OSError as err:
         shutil.rmtree(stage, ignore_errors=True)
         raise WriteError(str(out / rel), f"{err.strerror or err} while staging the run; {_left(out)}",

@@ -45,6 +45,13 @@ class Context:
     # 1,000-point sweep encodes each prompt and answer once, not once per point.
     tokenized: dict = field(default_factory=dict, repr=False)  # (rendered rows, path) -> Tokenized
     answers: dict = field(default_factory=dict, repr=False)  # answer text -> its token ids
+    # The same holds one level up: every point of a sweep reads the same datasets, renders the same
+    # rows of a role and scores the same metric on them; each is made once (successes only: a
+    # refusal names the field that asked, so it is made afresh).
+    datasets: dict = field(default_factory=dict, repr=False)  # dataset ref -> data.Dataset
+    prompts: dict = field(default_factory=dict, repr=False)  # (dataset, field, rows) -> Tokenized
+    metrics: dict = field(default_factory=dict, repr=False)  # (path, definition, read, rows, ...) -> Metric
+    pieces: dict = field(default_factory=dict, repr=False)  # token id -> its piece
 
     def tokenize(self, rendered: list, path: str) -> Tokenized:
         key = (tuple(rendered), path)
@@ -145,13 +152,17 @@ class _PointCompiler:
 
     # --- steps -------------------------------------------------------------
     def _datasets(self, path: str, rows: dict[str, str]):
-        loaded = {role: data_mod.load(ref, self.ctx.data_roots, path=f"{path}.{role}")
-                  for role, ref in rows.items()}
+        loaded = {role: self._dataset(ref, f"{path}.{role}") for role, ref in rows.items()}
         counts = {role: len(ds.rows) for role, ds in loaded.items()}
         if len(set(counts.values())) > 1:
             raise CompileError(path, f"the roles' datasets have different numbers of rows: {counts}",
                                "pair them row for row: give every role a dataset of the same length")
         return loaded
+
+    def _dataset(self, ref: str, path: str):
+        if ref not in self.ctx.datasets:
+            self.ctx.datasets[ref] = data_mod.load(ref, self.ctx.data_roots, path=path)
+        return self.ctx.datasets[ref]
 
     def observe(self, sname: str, step: ObserveStep) -> Observe:
         loaded = self._datasets(f"steps.{sname}.rows", step.rows)
@@ -235,13 +246,7 @@ class _PointCompiler:
         first = next(iter(loaded.values()))
         ids = first.example_ids()
         example_ids = tuple(ids[i] for i in rows)
-        texts = {}
-        for role, ds in loaded.items():
-            field = self.spec.roles[role].field
-            rendered = [render_row(self.tok, data_mod.get_field(ds.rows[i], field, path=f"roles.{role}.field",
-                                                                row_index=i), f"roles.{role}.field", i)
-                        for i in rows]
-            texts[role] = self.ctx.tokenize(rendered, f"roles.{role}.field")
+        texts = {role: self._prompts(role, ds, rows) for role, ds in loaded.items()}
         forwards = tuple(self._forward(ipath, iv, model, role, loaded, rows, texts[role])
                          for model, role in _schedule(ipath, iv, self.addresses))
         self._check_operands(ipath, iv, forwards)
@@ -253,6 +258,16 @@ class _PointCompiler:
         return Observe(name=name, intervention=iv_name, forwards=forwards, metrics=metrics,
                        outputs=outputs, saves=saves, example_ids=example_ids,
                        produced_by=self.spec.produced_by)
+
+    def _prompts(self, role: str, ds, rows: list) -> Tokenized:
+        """A role's rows rendered (a chat through the tokenizer's template) and tokenized."""
+        field, path = self.spec.roles[role].field, f"roles.{role}.field"
+        key = (id(ds), field, tuple(rows), path)  # ds: held by ctx.datasets for the context's life
+        if key not in self.ctx.prompts:
+            rendered = [render_row(self.tok, data_mod.get_field(ds.rows[i], field, path=path, row_index=i),
+                                   path, i) for i in rows]
+            self.ctx.prompts[key] = self.ctx.tokenize(rendered, path)
+        return self.ctx.prompts[key]
 
     def _anchors(self, path: str, where, role: str, loaded: dict, rows, tokens: Tokenized) -> Optional[tuple]:
         """The per-row text a variable scope binds to; a segment scope needs a chat to find it in."""
@@ -405,9 +420,17 @@ class _PointCompiler:
     def _metric(self, path: str, name: str, metric, iv, loaded, rows) -> Metric:
         read = iv.reads[metric.of]
         ds = loaded[read.input]
+        contrast, contrast_from = _contrast(name, metric, iv)
+        # A frozen Metric depends on nothing else: every point of a sweep scoring this metric on
+        # these rows shares one (ds: held by ctx.datasets for the context's life).
+        key = (path, name, metric, read.model, read.input, contrast, contrast_from, id(ds), tuple(rows))
+        if key not in self.ctx.metrics:
+            self.ctx.metrics[key] = self._made_metric(path, name, metric, read, ds, rows, contrast, contrast_from)
+        return self.ctx.metrics[key]
+
+    def _made_metric(self, path: str, name: str, metric, read, ds, rows, contrast, contrast_from) -> Metric:
         kind = METRICS[metric.kind]
         compared = list(zip(kind.columns, metric.columns))
-        contrast, contrast_from = _contrast(name, metric, iv)
         if contrast is not None:
             compared.append(("distinct_from", contrast))
         answers, pieces = [], []
@@ -446,7 +469,9 @@ class _PointCompiler:
         return made
 
     def _piece(self, token_id: int) -> str:
-        return self.tok.convert_ids_to_tokens(token_id)
+        if token_id not in self.ctx.pieces:
+            self.ctx.pieces[token_id] = self.tok.convert_ids_to_tokens(token_id)
+        return self.ctx.pieces[token_id]
 
     def _answer(self, value, path: str) -> tuple[int, ...]:
         # Only successes are kept, and they do not depend on ``path``: a refusal is made afresh
