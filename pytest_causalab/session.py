@@ -310,9 +310,14 @@ class Session:
             valid = next((p for p in doc.points if p.name == name), None)
             if valid is None:
                 raise KeyError(f"{doc.path.name} has no point {shown!r}; points: {doc.point_names}")
-            pending = PendingPoint(doc.path, shown, valid.coords, engine, copy.deepcopy(valid.document),
+            hook = self.config.hook.pytest_causalab_modify_point
+            # With no implementation nothing can change the point: its document is not copied.
+            modifiable = bool(hook.get_hookimpls())
+            pending = PendingPoint(doc.path, shown, valid.coords, engine,
+                                   copy.deepcopy(valid.document) if modifiable else valid.document,
                                    self.settings.batch_size)
-            self.config.hook.pytest_causalab_modify_point(point=pending, config=self.config)
+            if modifiable:
+                hook(point=pending, config=self.config)
             self._asked[key] = pending
         return self._asked[key]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -36,7 +37,8 @@ _OPENED: list = []  # what the audit hook saw, while one is watching
 
 
 def _audit(event, args):
-    if event == "open" and _OPENED and isinstance(args[0], (str, bytes)):
+    # ("open", (path, mode, flags)): a file opened to be read; the run's own saves are written.
+    if event == "open" and _OPENED and isinstance(args[0], (str, bytes)) and not args[2] & (os.O_WRONLY | os.O_RDWR):
         name = args[0].decode() if isinstance(args[0], bytes) else args[0]
         if name.endswith(WEIGHT_FILES):
             _OPENED[0].append(name)
@@ -47,7 +49,7 @@ sys.addaudithook(_audit)  # audit hooks cannot be removed; this one records only
 
 @contextlib.contextmanager
 def reads(monkeypatch):
-    """Every weight file opened while the block runs, by any route the audit can see."""
+    """Every weight file opened to be read while the block runs, by any route the audit can see."""
     seen: list = []
 
     def spy(original):
@@ -124,7 +126,7 @@ def test_a_shell_reads_no_weight_sends_one_session_and_brings_home_the_local_num
     # No file of the model's was read; a featurizer's own bundle is the client's to read and send.
     model_dir = (MODELS / doc.model.key).resolve()
     assert [f for f in seen if model_dir in Path(f).resolve().parents] == []
-    assert all(Path(f).resolve().parent == (V2 / "artifacts").resolve() for f in seen)
+    assert all(Path(f).resolve().parent == (V2 / "artifacts").resolve() for f in seen), seen
     assert bool(seen) == (case == "featurizer_file")
     assert weightless(shell)  # nothing was dispatched by the run either
     assert target.requests == before + 1  # the whole walk is one request

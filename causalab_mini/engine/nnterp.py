@@ -252,12 +252,19 @@ class NNterpEngine(AnswersFromFacts):
 
     # --- run ----------------------------------------------------------------------
     def execute(self, plan, *, remote=False, batch_size=None, at_once=1, state=None):
-        """One session around the whole walk; ``remote="local"`` is nnsight's simulated round trip."""
+        """The walk here, each trace run as it closes; sent elsewhere (``remote``: NDIF, a backend,
+        or ``"local"``, nnsight's simulated round trip), one session around the whole walk."""
         import nnsight
 
         options = _session_options(self.model, remote)
         plan.provenance.update(provenance.record(self, remote, batch_size, at_once))
         engine, model = self, self.model
+        if not remote:
+            # A session only gathers the walk into one request to ship; here it would add its own
+            # capture and thread to every run for nothing.
+            with _plain_errors():
+                steps.run(engine, plan, batch_size=batch_size, at_once=at_once, state=state)
+            return plan  # served_dtype: provenance.record read it off the model that ran
         # The block names only locals. nnsight ships the block's code with its module
         # globals, and its local simulation re-imports those with user modules blocked —
         # a second ``causalab_mini`` whose Plan is not the class of this plan — while the
