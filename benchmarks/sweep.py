@@ -47,15 +47,23 @@ positions x the ``t`` of a ``lerp`` write), compiled weightless (``cm.compile``:
 tokenizer only) and run shared on the hooks engine; flat per-point columns mean nothing in
 compiling, sharing or walking grows faster than the number of points.
 
+Then, on the small model, the sections of their own modules (each runs alone too, and its
+docstring says how to read its table): ``writing.py``, what a run's out folder costs at 100,
+1,000 and 10,000 points against the same run without one; ``startup.py``, each engine through
+``causalab-mini run`` as a whole process, and its time to the first forward beyond importing
+torch and transformers; ``lens.py``, the patching sweep against TransformerLens on a random
+GPT-2, where TransformerLens imports (a line saying it is not installed otherwise).
+
 Where torch sees a GPU, every size's table is printed again on it, beside the CPU's
 (``--devices cpu,cuda``; ``scripts/accelerator_check.sh`` runs the mid size that way).
 
 PyTorch runs single-threaded by default (``--threads``): on a machine whose cores other jobs
 share, several threads wait on each other and the figures become the scheduler's.
 
-    python benchmarks/sweep.py                  # everything (about 10 minutes on 2 idle cores)
-    python benchmarks/sweep.py --quick          # one round, the 100-point scale run only
+    python benchmarks/sweep.py                  # everything (about 30 minutes on 2 idle cores)
+    python benchmarks/sweep.py --quick          # one round a table, the 100-point scale and writing runs only
     python benchmarks/sweep.py --sizes small    # skip the mid model
+    python benchmarks/sweep.py --sizes small --sections writing,startup --writing-points 1000
     python benchmarks/sweep.py --profile --sizes mid   # cProfile of one shared hooks sweep
 """
 from __future__ import annotations
@@ -92,15 +100,19 @@ DEVICE = os.environ.get("SWEEP_BENCH_DEVICE", "cpu")
 AT_ONCE = 8  # points per stacked call in the at_once mode: 24 points in 3 calls, 256 rows each
 HAND = ("minimal", "floor", "pyvene")
 TOLERANCE = 1e-4  # per-row logit_diff; the variants make the same float32 calls
-SCALE_POINTS = {100: 5, 500: 25, 1000: 50}  # points -> values of t (x 10 layers x 2 positions)
+SCALE_POINTS = {100: 5, 500: 25, 1000: 50, 10000: 500}  # points -> values of t (x 10 layers x 2 positions)
+# The scale table's sizes; 10,000 points is the writing section's (writing.py), whose run without an
+# out folder is this table's run at that size.
+SCALE_RUN = (100, 500, 1000)
+SECTIONS = ("engines", "scale", "writing", "startup", "lens")
 
 
 # --- the workload -------------------------------------------------------------------------------
 
-def document(layers: int, lerp_ts=None) -> dict:
-    """The sweep as a document: ``layers`` x ``POSITIONS`` points, swap; with ``lerp_ts``, a lerp
+def document(layers: int, lerp_ts=None, positions=POSITIONS) -> dict:
+    """The sweep as a document: ``layers`` x ``positions`` points, swap; with ``lerp_ts``, a lerp
     write swept over those ``t`` as a third axis (the scale runs)."""
-    pos = {"sweep": list(POSITIONS), "as": "pos"}
+    pos = {"sweep": list(positions), "as": "pos"}
     write = {"site": "target", "pos": pos, "mechanism": "swap", "operand": "v_cf"}
     if lerp_ts:
         write.update(mechanism="lerp", params={"t": {"sweep": list(lerp_ts), "as": "t"}})
@@ -145,12 +157,7 @@ def build(directory: Path, size: str) -> int:
     model = LlamaForCausalLM(config)
     model.save_pretrained(directory / "models" / "model", safe_serialization=True)
     tok.save_pretrained(directory / "models" / "model")
-    rows = []
-    for split in ("train", "test"):
-        text = (REPO / "documents" / "data" / "weekdays_full" / f"{split}.jsonl").read_text()
-        rows += [line for line in text.splitlines() if line.strip()]
-    (directory / "data" / "bench").mkdir(parents=True)
-    (directory / "data" / "bench" / "rows.jsonl").write_text("\n".join(rows[:ROWS]) + "\n")
+    write_rows(directory)
     (directory / "sweep.causalab.json").write_text(json.dumps(document(LAYERS)))
     # The warm-up: the same code paths on two points (which share a counterfactual forward).
     (directory / "warmup.causalab.json").write_text(json.dumps(document(1)))
@@ -158,6 +165,16 @@ def build(directory: Path, size: str) -> int:
         ts = [round((i + 1) / n, 6) for i in range(n)]
         (directory / f"scale{points}.causalab.json").write_text(json.dumps(document(10, ts)))
     return sum(p.numel() for p in model.parameters())
+
+
+def write_rows(directory: Path) -> None:
+    """The dataset every document here reads, ``bench/rows``: the first ``ROWS`` weekday rows."""
+    rows = []
+    for split in ("train", "test"):
+        text = (REPO / "documents" / "data" / "weekdays_full" / f"{split}.jsonl").read_text()
+        rows += [line for line in text.splitlines() if line.strip()]
+    (directory / "data" / "bench").mkdir(parents=True)
+    (directory / "data" / "bench" / "rows.jsonl").write_text("\n".join(rows[:ROWS]) + "\n")
 
 
 # --- one variant in its own process -------------------------------------------------------------
@@ -485,8 +502,14 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds on the small model (default 3)")
     parser.add_argument("--mid-rounds", type=int, default=1,
                         help="timed rounds on the mid model (default 1: each takes minutes on 2 cores)")
-    parser.add_argument("--quick", action="store_true", help="one round per size, the 100-point scale run only")
+    parser.add_argument("--quick", action="store_true", help="one round per table, the 100-point scale and "
+                        "writing runs only")
     parser.add_argument("--sizes", default="small,mid", help="comma-separated: small, mid")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"comma-separated, of {', '.join(SECTIONS)} (default: all); every section but "
+                        "engines runs on the small model, so only when --sizes names it")
+    parser.add_argument("--writing-points", default="100,1000,10000",
+                        help="the writing section's sizes (default 100,1000,10000; --quick: 100)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per process (default 1)")
     parser.add_argument("--devices", help="comma-separated: cpu, cuda, cuda:1 (default: cpu, and cuda when "
                         "torch sees a GPU: each size's table on each, side by side)")
@@ -495,6 +518,9 @@ def main(argv=None) -> int:
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--scale", help=argparse.SUPPRESS)
     opts = parser.parse_args(argv)
+    unknown = set(opts.sections.split(",")) - set(SECTIONS)
+    if unknown:
+        parser.error(f"unknown section(s) {', '.join(sorted(unknown))}; of {', '.join(SECTIONS)}")
     if opts.variant == "scale":
         scale(Path(opts.dir), opts.threads, [int(p) for p in opts.scale.split(",")])
         return 0
@@ -510,7 +536,8 @@ def main(argv=None) -> int:
         print(f"load average before: {load()} (other work on the cores makes every figure slower and noisier)")
         names = ["minimal", "floor", *(["pyvene"] if importlib.util.find_spec("pyvene") else []), *ENGINES]
         devices = opts.devices.split(",") if opts.devices else ["cpu", *(["cuda"] if cuda_visible() else [])]
-        for size in opts.sizes.split(","):
+        sizes, sections = opts.sizes.split(","), opts.sections.split(",")
+        for size in sizes if "engines" in sections else []:
             directory = Path(tmp) / size
             params = build(directory, size)
             rounds = 1 if opts.quick else (opts.mid_rounds if size == "mid" else opts.rounds)
@@ -520,11 +547,32 @@ def main(argv=None) -> int:
                 if "pyvene" not in names:
                     skipped["pyvene"] = "No module named 'pyvene'"
                 report(size, params, results, skipped, rounds, opts.threads)
-            DEVICE = os.environ["SWEEP_BENCH_DEVICE"] = "cpu"  # the scale runs: CPU
-        if "small" in opts.sizes.split(","):
-            report_scale(Path(tmp) / "small", opts.threads, [100] if opts.quick else list(SCALE_POINTS))
+            DEVICE = os.environ["SWEEP_BENCH_DEVICE"] = "cpu"  # the sections after these tables: CPU
+        if "small" in sizes:
+            small_model_sections(Path(tmp) / "small", sections, opts)
         print(f"\nload average after: {load()}")
     return 0
+
+
+def small_model_sections(directory: Path, sections: list, opts) -> None:
+    """The sections after the engine tables, each on the small model and printing its own table:
+    the sweep's size here, the rest in modules of their own (writing.py, startup.py, lens.py)."""
+    from lens import report_lens
+    from startup import report_startup
+    from writing import report_writing
+
+    if not directory.exists():  # the engine tables were skipped
+        build(directory, "small")
+    rounds = 1 if opts.quick else opts.rounds
+    if "scale" in sections:
+        report_scale(directory, opts.threads, [100] if opts.quick else list(SCALE_RUN))
+    if "writing" in sections:
+        points = [100] if opts.quick else [int(p) for p in opts.writing_points.split(",")]
+        report_writing(directory, opts.threads, points, rounds)
+    if "startup" in sections:
+        report_startup(directory, opts.threads, rounds)
+    if "lens" in sections:
+        report_lens(directory / "lens", opts.threads, rounds)
 
 
 def cuda_visible() -> bool:

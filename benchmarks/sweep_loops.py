@@ -15,6 +15,11 @@ def replaced(output, hidden):
     return (hidden, *output[1:]) if isinstance(output, tuple) else hidden
 
 
+def blocks(model):
+    """The decoder layers: Llama's ``model.layers``, GPT-2's ``transformer.h`` (``lens.py``)."""
+    return model.model.layers if hasattr(model, "model") else model.transformer.h
+
+
 def prepared(directory: Path, doc: Path, device: str) -> list[dict]:
     """Per point, what a hand-written loop needs: the two forwards' model inputs, the layer and
     position, and the logit_diff's token ids. The plan (share=False) is only the tokenizer here."""
@@ -53,7 +58,7 @@ def patched_forward(model, point, value):
         hidden[:, index] = value
         return replaced(output, hidden)
 
-    handle = model.model.layers[point["layer"]].register_forward_hook(patch)
+    handle = blocks(model)[point["layer"]].register_forward_hook(patch)
     try:
         return model(**point["base"]).logits
     finally:
@@ -69,7 +74,7 @@ def minimal_sweep(model, points) -> dict:
         for point in points:
             saved = {}
             index = point["index"]
-            handle = model.model.layers[point["layer"]].register_forward_hook(
+            handle = blocks(model)[point["layer"]].register_forward_hook(
                 lambda m, a, o: saved.__setitem__("v", hidden_of(o)[:, index].clone()))
             try:
                 model(**point["cf"])
@@ -99,7 +104,7 @@ def floor_sweep(model, points) -> dict:
 
     out = {}
     with torch.no_grad():
-        handles = [model.model.layers[layer].register_forward_hook(reader(layer)) for layer in wanted]
+        handles = [blocks(model)[layer].register_forward_hook(reader(layer)) for layer in wanted]
         try:
             model(**points[0]["cf"])
         finally:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional
 
+from . import jsonindent
 from .errors import DamagedRun, DocumentError, PlanError
 
 # What a format's value is in memory: what ``write`` takes and ``read`` and ``load`` give back.
@@ -62,7 +63,7 @@ def json_bytes(value: Any) -> bytes:
     """The JSON text every file of a run is written as (its saves, run.json, document.json)."""
     # NaN and Infinity are not JSON; a metric that produced one is a bug to see, not a file to write.
     try:
-        text = json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
+        text = jsonindent.dumps(value)  # json.dumps(indent=1, ensure_ascii=False, allow_nan=False)
     except ValueError:
         raise PlanError("results", "a value to be written is NaN or infinite",
                         "check the metric's inputs (a probability of 0 under a log, say)") from None

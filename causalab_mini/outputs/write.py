@@ -31,7 +31,6 @@ files a clean run gives.
 """
 from __future__ import annotations
 
-import glob
 import json
 import os
 import shutil
@@ -243,12 +242,21 @@ def _clean_orphans(out: Path, names) -> None:
         # Our name, as a file or a link: a link would send the staged files wherever it points.
         stage.unlink()
     shutil.rmtree(stage, ignore_errors=True)
+    by_folder: dict[str, set[str]] = {}
     for rel in names:
-        target = _inside(out, rel)
-        if target is not None and target.parent.is_dir():
-            # The name escaped: a listed "*" would otherwise match every temporary file beside it.
-            for orphan in target.parent.glob(f"{glob.escape(tmp_prefix(target.name))}*{TMP_SUFFIX}"):
-                orphan.unlink(missing_ok=True)
+        folder, _, name = rel.rpartition("/")
+        by_folder.setdefault(folder, set()).add(name)
+    for folder, here in by_folder.items():  # each folder listed once, however many files it holds
+        where = _inside(out, f"{folder}/{next(iter(here))}" if folder else next(iter(here)))
+        if where is None or not where.parent.is_dir():
+            continue
+        prefixes = tuple(tmp_prefix(name) for name in here)
+        with os.scandir(where.parent) as entries:
+            for entry in entries:
+                # A name is matched as written: a listed "*" matches only a file called "*".
+                if entry.name.endswith(TMP_SUFFIX) and entry.name.startswith(prefixes) and not entry.is_dir(
+                        follow_symlinks=False):
+                    os.unlink(entry.path)
 
 
 def check_targets(out: Path, files) -> None:
@@ -260,10 +268,11 @@ def check_targets(out: Path, files) -> None:
     if mark.is_dir() and not mark.is_symlink():
         raise PlanError(INCOMPLETE, f"{mark} is a folder, and a run marks the folder it is writing with a "
                         "file of that name", f"remove {mark} (no run makes it a folder), then run again")
+    checked: set[Path] = set()  # folders already held to both rules (a sweep's files share them)
     for rel in files:
         target = out / rel
         for parent in target.parents:
-            if parent == out:
+            if parent == out or parent in checked:
                 break
             if parent.is_symlink():
                 raise PlanError(rel, f"{parent} is a symbolic link, and the run's files would land where it "
@@ -272,11 +281,12 @@ def check_targets(out: Path, files) -> None:
             raise PlanError(rel, f"{target} is a folder, and the run writes a file there",
                             "move that folder away, or save to another file_path")
         for parent in target.parents:
-            if parent == out.parent:
+            if parent == out.parent or parent in checked:
                 break
             if parent.exists() and not parent.is_dir():
                 raise PlanError(rel, f"{parent} is a file, and the run needs a folder there",
                                 "move that file away, or save to another file_path")
+            checked.add(parent)
 
 
 def _left(out: Path) -> str:
