@@ -47,8 +47,8 @@ from importlib import metadata
 from pathlib import Path
 
 from children import Child, protocol, say
-from sweep import Counter, document, max_difference, write_rows
 from sweep_loops import floor_sweep, hidden_of, logit_diffs, prepared
+from workload import Counter, document, max_difference, write_rows
 
 HERE = Path(__file__).resolve().parent
 LAYERS = 4

@@ -156,7 +156,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds, each engine once a round (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS for the processes (default 1)")
     opts = parser.parse_args(argv)
-    from sweep import build  # the model, the data and the sweep document
+    from workload import build  # the model, the data and the sweep document
 
     with tempfile.TemporaryDirectory(prefix="startup-bench-") as tmp:
         build(Path(tmp), "small")

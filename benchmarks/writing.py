@@ -256,7 +256,7 @@ def main(argv=None) -> int:
     if opts.child:
         child(Path(opts.dir), opts.threads, sizes, opts.rounds)
         return 0
-    from sweep import build  # the model, the data and the scale documents
+    from workload import build  # the model, the data and the scale documents
 
     with tempfile.TemporaryDirectory(prefix="writing-bench-") as tmp:
         build(Path(tmp), "small")
