@@ -152,17 +152,22 @@ def test_a_kill_after_the_files_land_and_before_run_json_is_never_a_finished_run
         return name == "replace" and Path(args[1]) == run_json
 
     assert _write_killed_when(second, out, at_the_commit)
+    _assert_data_in_place_and_unfinished(second, out, after)
+    assert write_mod.state(out) == "complete" and cm.open(out).record["files"] == sorted(set(after) - {write_mod.RUN})
+
+
+def _assert_data_in_place_and_unfinished(plan, out: Path, after: dict) -> None:
+    """A write killed with every data file in place and no run.json: the mark is there, the folder
+    is incomplete, ``open`` refuses it, and a rerun into it gives a clean run's bytes."""
     got = _without_leftovers(_snapshot(out))
-    # The gap itself: every file but run.json is the new run's, and the mark is still there.
     assert write_mod.RUN not in got and write_mod.INCOMPLETE in got
     assert {rel: data for rel, data in got.items() if rel != write_mod.INCOMPLETE} == \
         {rel: data for rel, data in after.items() if rel != write_mod.RUN}
     assert write_mod.state(out) == "incomplete"
     with pytest.raises(PlanError, match="did not finish"):
         cm.open(out)
-    write_mod.write(second, out, second.provenance)  # the rerun into the same folder
+    write_mod.write(plan, out, plan.provenance)  # the rerun into the same folder
     assert _snapshot(out) == after
-    assert write_mod.state(out) == "complete" and cm.open(out).record["files"] == sorted(set(after) - {write_mod.RUN})
 
 
 @pytest.mark.parametrize("over_previous", [False, True])
@@ -175,15 +180,7 @@ def test_a_kill_between_the_data_writes_and_the_barrier_is_never_a_finished_run(
     if over_previous:
         write_mod.write(first, out, first.provenance)
     assert _write_killed_when(second, out, lambda count, name, args: name == BARRIER)
-    got = _without_leftovers(_snapshot(out))
-    assert write_mod.RUN not in got and write_mod.INCOMPLETE in got
-    assert {rel: data for rel, data in got.items() if rel != write_mod.INCOMPLETE} == \
-        {rel: data for rel, data in after.items() if rel != write_mod.RUN}
-    assert write_mod.state(out) == "incomplete"
-    with pytest.raises(PlanError, match="did not finish"):
-        cm.open(out)
-    write_mod.write(second, out, second.provenance)
-    assert _snapshot(out) == after
+    _assert_data_in_place_and_unfinished(second, out, after)
 
 
 def test_a_run_is_made_durable_by_one_barrier_before_its_commit_record(plans, tmp_path, monkeypatch):
