@@ -75,11 +75,19 @@ def _syncfs():
     return _SYNCFS
 
 
+FEW = 16  # files a barrier flushes one by one; more, and one syncfs flushes the filesystem
+
+
 def barrier(folder: Path, written: Iterable[Path] = ()) -> None:
-    """Every file written so far under ``folder`` reaches the disk before this returns: one
-    ``syncfs`` of its filesystem on Linux — one flush, however many files a run wrote — else an
-    ``fsync`` of each file in ``written`` and of the folders holding them."""
-    syncfs = _syncfs()
+    """Every file in ``written`` (all under ``folder``) reaches the disk before this returns.
+
+    Many files: one ``syncfs`` of the folder's filesystem on Linux — one flush, however many files
+    a sweep wrote. A few (a pytest item's point, a small run): an ``fsync`` of each and of the
+    folders holding them, since a ``syncfs`` also flushes every other writer's pages on that
+    filesystem, which on a busy machine costs more than a handful of files. Off Linux, always the
+    latter."""
+    written = list(written)
+    syncfs = _syncfs() if len(written) > FEW else None
     if syncfs:
         fd = os.open(folder, os.O_RDONLY)
         try:

@@ -89,6 +89,34 @@ def load(path: Path, *, repair: bool = False) -> dict:
     return data
 
 
+_PARSED: dict = {}  # path -> ((mtime_ns, size, inode), data): each version of a file parsed once
+
+
+def _read(path: Path, *, repair: bool) -> dict:
+    """``load`` for a caller that only reads the baseline (``check``): a document's file — every
+    point's entry in one — parsed once per version of it, not once per point (which made a sweep's
+    checks quadratic in its points). Any write replaces the file (a new inode), so a changed file
+    is read again. The dict is shared: ``store`` and ``prune`` load their own copy to change.
+    Forgotten at each session's start (``forget``): a file edited in place between two sessions of
+    one process within its timestamp's resolution would keep its size, inode and mtime."""
+    try:
+        st = path.stat()
+    except OSError:
+        return load(path, repair=repair)
+    key = (st.st_mtime_ns, st.st_size, st.st_ino)
+    cached = _PARSED.get(path)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    data = load(path, repair=repair)
+    _PARSED[path] = (key, data)
+    return data
+
+
+def forget() -> None:
+    """Drop every parsed baseline (a session starts reading them afresh)."""
+    _PARSED.clear()
+
+
 SHAPE = ('"points": {point: {"produced_by", "results": {name: {"rows": {example_id: number or null}} '
          'or {"mean", "std", "n", "n_rows"}}, "tensors": {file: {name: {"shape", "dtype", "values" or "sums"}}}, '
          '"experiment": {...}}}')
@@ -365,9 +393,10 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
     verdict = Verdict()
     shown = _rel(path)
     # Under an update flag a baseline that is not one is written anew rather than refused.
-    data = load(path, repair=update is not None)
+    data = _read(path, repair=update is not None)
     entries = data.get("points", {})
-    stale = sorted(n for n in entries if n not in set(points)) if points is not None else []
+    named = set(points) if points is not None else None
+    stale = sorted(n for n in entries if n not in named) if named is not None else []
     stored = entries.get(point.name)
     status, absent, verdict.lines, checks = _compare(point, stored, mode, tolerance, experiment,
                                                      data.get("format", FORMAT))

@@ -14,7 +14,7 @@ pytest.register_assert_rewrite("pytest_causalab.asserts")
 
 from causalab_mini import SUFFIX  # noqa: E402
 
-from . import baseline_report, hookspecs, page, report  # noqa: E402
+from . import baseline, baseline_report, hookspecs, page, report  # noqa: E402
 from .items import DocumentFile, PointItem  # noqa: E402
 from .session import ENGINES, SESSION, UPDATES, Session, read_settings, session_of  # noqa: E402
 
@@ -82,6 +82,7 @@ def pytest_configure(config) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         config.addinivalue_line("markers", "xdist_group(name): the model a point loads (pytest-xdist)")
     config.stash[SESSION] = Session(config, read_settings(config))  # UsageError on a bad value
+    baseline.forget()
 
 
 def pytest_collect_file(file_path, parent):

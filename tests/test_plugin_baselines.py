@@ -324,3 +324,28 @@ def test_what_ci_means(pytester, monkeypatch):
     for value in ("False", "yes"):
         monkeypatch.setenv("CI", value)
         assert session_of(pytester.parseconfigure()).settings.strict is CI_VALUES[value]
+
+
+def test_a_documents_baseline_file_is_parsed_once_per_session_not_once_per_point(tester, monkeypatch):
+    """Every point's entry is in one file; checking a 3-point sweep reads it once (a sweep's checks
+    were quadratic in its points), and a file changed between sessions is read again."""
+    from pytest_causalab import baseline as baseline_mod
+
+    write(tester, "sweep", "pos_sweep")
+    tester.runpytest().assert_outcomes(passed=3, warnings=3)  # writes the baselines
+    parsed = []
+    original = baseline_mod.load
+
+    def counted(path, **kwargs):
+        parsed.append(path.name)
+        return original(path, **kwargs)
+
+    monkeypatch.setattr(baseline_mod, "load", counted)
+    tester.runpytest().assert_outcomes(passed=3)
+    assert parsed == ["sweep.json"]
+    drifted = baseline(tester, "sweep")
+    drifted["points"]["pos=-2"]["results"]["logit_diff"]["rows"]["1"] += 0.5
+    save_baseline(tester, "sweep", drifted)
+    parsed.clear()
+    tester.runpytest().assert_outcomes(passed=2, failed=1)  # the edit is seen
+    assert parsed == ["sweep.json"]
