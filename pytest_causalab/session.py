@@ -223,6 +223,9 @@ class Session:
         self.loads = 0  # models loaded in this process; the plugin's tests count them
         self._models: dict[tuple, Any] = {}
         self._documents: dict[Path, Any] = {}
+        # (document path, engine) -> its model key: resolving hashes the weights' files, and a
+        # document is read once per session, so its key is resolved once too.
+        self._keys: dict[tuple, tuple] = {}
         self._points: dict[tuple, Any] = {}
         self._experiments: dict[tuple, dict] = {}  # (path, point, engine) -> the canonical experiment run
         self._tmp: Optional[Path] = None
@@ -256,6 +259,11 @@ class Session:
         return _unwrap(self._documents[path])
 
     def model_key(self, doc: causalab_mini.Document, engine: str) -> tuple:
+        if (doc.path, engine) not in self._keys:
+            self._keys[(doc.path, engine)] = self._model_key(doc, engine)
+        return self._keys[(doc.path, engine)]
+
+    def _model_key(self, doc: causalab_mini.Document, engine: str) -> tuple:
         ref = doc.model
         # A remote engine's shell has the server's weights: the key is read from the document, no file hashed.
         resolved = causalab_mini.resolve_model(doc, models=list(self.settings.models),
