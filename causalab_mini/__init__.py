@@ -41,7 +41,7 @@ _HOME = {
     "SUFFIX": ".names",
     **dict.fromkeys(("CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
                      "MissingArtifact", "PlanError", "DamagedRun", "BaselineError", "WriteError",
-                     "EngineError", "Unsupported", "HubUnreachable"), ".errors"),
+                     "EngineError", "Unsupported", "HubUnreachable", "ExtensionError"), ".errors"),
     **dict.fromkeys(("Expectation", "Comparison"), ".document.expect"),
     **dict.fromkeys(("ENGINES", "LOCAL_ENGINES"), ".engines"),
     "revision_digest": ".model.loading",
@@ -56,7 +56,8 @@ _HOME = {
     **dict.fromkeys(("Check", "evaluate", "verdicts"), ".checks"),
 }
 # Public modules, loaded as attributes on first use too (``cm.report.write(...)``).
-_MODULES = ("vocab", "shapes", "errors", "report", "cache", "checks", "names", "files")
+_MODULES = ("vocab", "shapes", "errors", "report", "cache", "checks", "names", "files", "extensions",
+            "metric_kinds")
 
 __all__ = [
     # the pipeline
@@ -73,7 +74,7 @@ __all__ = [
     # refusals
     "CausalabError", "DocumentError", "SweepError", "DataError", "ModelError", "CompileError",
     "MissingArtifact", "PlanError", "DamagedRun", "BaselineError", "WriteError", "EngineError", "Unsupported",
-    "HubUnreachable", "CacheError",
+    "HubUnreachable", "CacheError", "ExtensionError",
 ]
 
 

@@ -177,7 +177,7 @@ def check_run_options(batch_size: Optional[int], at_once: int) -> None:
 def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, out=None,
         batch_size: Optional[int] = None, models=None, data=None, device_map: str = "cpu",
         trust_remote_code: bool = False, share: bool = True, cache=None, at_once: int = 1,
-        reads=None) -> Run:
+        reads=None, plugins=None) -> Run:
     """Run every point of the document and return them as a ``Run``.
 
     ``loaded``: an engine from ``load`` (its model reused; ``engine`` is then its name).
@@ -194,12 +194,18 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     ``reads``: read names (or ``"all"``) whose activations each point keeps in memory —
     ``point.value(name)``, a CPU tensor as read: rows in the dataset's order, then the read's
     positions, then its width. Nothing on disk changes (a step's ``outputs`` and ``saves`` put a
-    read in a file); a name no pass reads is refused before the load."""
+    read in a file); a name no pass reads is refused before the load.
+    ``plugins``: extension modules (dotted names or modules) to load first, beside the installed
+    ones (``causalab_mini.extensions``); a document using their kinds names them."""
     from .outputs.write import check_out
     from .running.assemble import document_run
     from .running.execution import Execution
     from .running.options import RunOptions
 
+    if plugins:
+        from . import extensions
+
+        extensions.use(plugins)
     doc = read(document)
     options = RunOptions(batch_size=batch_size, at_once=at_once, share=share, device_map=device_map,
                          trust_remote_code=trust_remote_code, models=models, data=data, cache=cache, reads=reads)

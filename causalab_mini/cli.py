@@ -24,8 +24,21 @@ def _paths_options(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_vocab(args) -> int:
-    from . import vocab
-    print(json.dumps(vocab.as_json(), indent=1) if args.json else vocab.render())
+    from . import extensions, vocab
+
+    found = extensions.extensions()  # the installed ones loaded: their kinds are in the tables below
+    if args.json:
+        print(json.dumps({**vocab.as_json(), "extensions": {
+            n: {**e.record(), "metric_kinds": e.metric_kinds, "mechanisms": e.mechanisms, "error": e.error}
+            for n, e in sorted(found.items())}}, indent=1))
+        return 0
+    print(vocab.render())
+    print("extensions:       " + ("none (installed ones are found by the 'causalab_mini' entry-point group; "
+                                  "--plugin MODULE names one)" if not found else ""))
+    for name, e in sorted(found.items()):
+        where = f"{name} {e.version}" if e.version else f"{name} (module, not installed)"
+        gives = ", ".join([*(f"metric {k}" for k in e.metric_kinds), *(f"mechanism {m}" for m in e.mechanisms)])
+        print(f"  {where}  from {e.module}: " + (f"BROKEN — {e.error}" if e.error else gives or "nothing"))
     return 0
 
 
@@ -251,6 +264,9 @@ def parser() -> argparse.ArgumentParser:
                                   formatter_class=argparse.RawDescriptionHelpFormatter,
                                   epilog="Run `causalab-mini VERB --help` for a verb's options.")
     top.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    top.add_argument("--plugin", action="append", metavar="MODULE", default=[],
+                     help="load an extension module by its dotted name (repeatable); installed "
+                          "extensions are found without it")
     verbs = top.add_subparsers(dest="verb", required=True, metavar="VERB",
                                title="verbs (document → plan → run → results)")
 
@@ -361,6 +377,10 @@ def _version() -> str:
 def main(argv=None) -> int:
     args = parser().parse_args(argv)
     try:
+        if args.plugin:
+            from . import extensions
+
+            extensions.use(args.plugin)
         return args.func(args)
     except CausalabError as err:
         print(f"error: {type(err).__name__}: {err}", file=sys.stderr)

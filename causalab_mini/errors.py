@@ -73,6 +73,10 @@ class WriteError(CausalabError):
     ``path`` is the file, and the problem says what the output folder holds now."""
 
 
+class ExtensionError(CausalabError):
+    """An extension that cannot be used: it does not import, or what it registers is not a kind."""
+
+
 class EngineError(CausalabError):
     """An engine refuses what the plan asks of it, or a run-time check failed."""
 

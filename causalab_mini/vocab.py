@@ -9,8 +9,8 @@ engine about which data column is which operand.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
 
 # The components are one record each (what it is, where it is read, its width rule), kept in
 # components.py, which the compiler and the engines read too; re-exported here as vocabulary.
@@ -21,11 +21,24 @@ from .suggest import HintedValueError, did_you_mean
 
 @dataclass(frozen=True)
 class Mechanism:
+    """A mechanism's record: what a document may say of it, and — for one an extension
+    registers — the function itself. The built-ins' functions are ``ops/mechanisms.REGISTRY``
+    (this module imports without torch)."""
     name: str
     operand: bool  # takes an operand (a read, a ref or a number)
-    params: dict  # name -> (type, default or REQUIRED)
+    # name -> (type, default or REQUIRED); or a pydantic model class (metric_kinds.Params), which
+    # is how an extension declares its parameters.
+    params: Any
     needs_f0: bool = False  # measures against the address's pre-write value
     doc: str = ""
+    # (f, operand, params, f0) -> f', as ops/mechanisms.py's; None for a built-in (found there).
+    apply: Optional[Callable] = field(default=None, repr=False, compare=False)
+    origin: str = "causalab-mini"  # the project, or the distribution of the extension that registered it
+
+    @property
+    def schema(self) -> Optional[type]:
+        """The pydantic model its parameters are checked by, or None (a built-in's table)."""
+        return self.params if isinstance(self.params, type) else None
 
 
 REQUIRED = object()
@@ -40,6 +53,28 @@ MECHANISMS: dict[str, Mechanism] = {m.name: m for m in (
     Mechanism("renormalize", False, {}, needs_f0=True,
               doc="rescale to the norm the address had before this pass's writes"),
 )}
+
+
+def register_mechanism(mechanism: Mechanism) -> Mechanism:
+    """Add an extension's mechanism to the vocabulary; a name already taken is refused."""
+    if not mechanism.name or not mechanism.name.isidentifier():
+        raise ValueError(f"a mechanism's name is an identifier, got {mechanism.name!r}")
+    if mechanism.name in MECHANISMS:
+        raise ValueError(f"mechanism {mechanism.name!r} is already registered "
+                         f"(by {MECHANISMS[mechanism.name].origin})")
+    if not callable(mechanism.apply):
+        raise ValueError(f"{mechanism.name}: apply must be a function (f, operand, params, f0) -> f'")
+    if mechanism.schema is None and not isinstance(mechanism.params, dict):
+        raise ValueError(f"{mechanism.name}: params must be a pydantic model class (metric_kinds.Params)")
+    MECHANISMS[mechanism.name] = mechanism
+    return mechanism
+
+
+def unregister_mechanism(name: str) -> Mechanism:
+    """Take an extension's mechanism out (a test's cleanup); the built-ins stay."""
+    if MECHANISMS.get(name) is None or MECHANISMS[name].apply is None:
+        raise KeyError(f"mechanism {name!r} is not an extension's")
+    return MECHANISMS.pop(name)
 
 
 @dataclass(frozen=True)
@@ -108,22 +143,31 @@ def render() -> str:
         lines.append(f"  {c.name:<18} {c.kind:<9} {sel:<8} width={c.width:<25} engines={reach:<14} {c.where}")
     lines.append("mechanisms:       " + ", ".join(sorted(MECHANISMS)))
     for m in sorted(MECHANISMS.values(), key=lambda m: m.name):
-        params = ", ".join(
-            f"{k}" + ("" if d is REQUIRED else f"={d}") for k, (_, d) in m.params.items()
-        )
-        lines.append(f"  {m.name:<12} operand={'yes' if m.operand else 'no ':<3}  params=({params})  {m.doc}")
+        params = ", ".join(f"{k}" + ("" if p["required"] else f"={p['default']}")
+                           for k, p in _params_json(m).items())
+        origin = "" if m.apply is None else f"  [{m.origin}]"
+        lines.append(f"  {m.name:<12} operand={'yes' if m.operand else 'no ':<3}  params=({params})  {m.doc}{origin}")
     lines.append("featurizer kinds: " + ", ".join(FEATURIZER_KINDS) + " (plus 'identity', never declared)")
     for f in FEATURIZERS.values():
         params = f"({', '.join(f.params)})"
         lines.append(f"  {f.name:<9} trainable={'yes' if f.trainable else 'no ':<3}  file_path={f.loads:<8}  "
                      f"params={params:<22} {f.doc}")
-    lines.append("metric kinds:     " + ", ".join(f"{k}({', '.join(m.columns)})" for k, m in sorted(METRICS.items())))
+    lines.append("metric kinds:     " + ", ".join(_metric_signature(m) for _, m in sorted(METRICS.items())))
+    for m in sorted((m for m in METRICS.values() if m.origin != "causalab-mini"), key=lambda m: m.name):
+        lines.append(f"  {_metric_signature(m)}  [{m.origin}]  {m.doc.splitlines()[0] if m.doc else ''}")
     lines.append("reductions:       " + ", ".join(REDUCTIONS))
     lines.append("position forms:   " + POSITION_FORMS[0])
     lines.extend("                  " + f for f in POSITION_FORMS[1:])
     lines.append("model families:   " + ", ".join(sorted(_families())) + " (any other: name its "
                  "modules in model.modules)")
     return "\n".join(lines)
+
+
+def _metric_signature(m) -> str:
+    """``top_k(expected; k)``: its columns and reads, then its parameters."""
+    slots = ", ".join((*m.columns, *m.reads))
+    params = "; " + ", ".join(m.params.model_fields) if m.params is not None else ""
+    return f"{m.name}({slots}{params})"
 
 
 def engines_reaching(component: Component) -> tuple[str, ...]:
@@ -147,10 +191,8 @@ def as_json() -> dict:
             for c in COMPONENTS.values()
         },
         "mechanisms": {
-            m.name: {"operand": m.operand,
-                     "params": {k: {"type": t.__name__, "required": d is REQUIRED,
-                                    "default": None if d is REQUIRED else d}
-                                for k, (t, d) in m.params.items()}}
+            m.name: {"operand": m.operand, "origin": m.origin,
+                     "params": _params_json(m)}
             for m in MECHANISMS.values()
         },
         "featurizer_kinds": {
@@ -159,12 +201,23 @@ def as_json() -> dict:
                      "tensor": f.tensor, "doc": f.doc}
             for f in FEATURIZERS.values()
         },
-        "metric_kinds": {k: {"columns": list(m.columns), "unit": m.unit,
-                             "estimand_version": m.estimand_version} for k, m in METRICS.items()},
+        "metric_kinds": {k: {"columns": list(m.columns), "reads": list(m.reads), "unit": m.unit,
+                             "params": list(m.params.model_fields) if m.params else [],
+                             "estimand_version": m.estimand_version, "origin": m.origin}
+                         for k, m in METRICS.items()},
         "reductions": list(REDUCTIONS),
         "position_forms": list(POSITION_FORMS),
         "model_families": sorted(_families()),
     }
+
+
+def _params_json(m: Mechanism) -> dict:
+    if m.schema is not None:
+        return {k: {"type": str(f.annotation), "required": f.is_required(),
+                    "default": None if f.is_required() else f.default}
+                for k, f in m.schema.model_fields.items()}
+    return {k: {"type": t.__name__, "required": d is REQUIRED, "default": None if d is REQUIRED else d}
+            for k, (t, d) in m.params.items()}
 
 
 def _coerce(name: str, key: str, typ: type, value):
@@ -196,6 +249,8 @@ def check_params(name: str, params: Optional[dict]) -> dict:
     if name not in MECHANISMS:
         raise HintedValueError(f"unknown mechanism {name!r}; one of {', '.join(sorted(MECHANISMS))}",
                                did_you_mean(name, MECHANISMS))
+    if MECHANISMS[name].schema is not None:
+        return _schema_params(name, MECHANISMS[name].schema, params)
     spec = MECHANISMS[name].params
     params = dict(params or {})
     unknown = sorted(set(params) - set(spec))
@@ -228,3 +283,19 @@ def check_params(name: str, params: Optional[dict]) -> dict:
         if not 0 <= out["seed"] < 2**63:
             raise ValueError(f"gaussian: 'seed' must be in [0, 2**63), got {out['seed']}")
     return out
+
+
+def _schema_params(name: str, schema: type, params: Optional[dict]) -> dict:
+    """An extension mechanism's parameters, validated by its pydantic model, defaults filled."""
+    from pydantic import ValidationError
+
+    try:
+        return schema.model_validate(dict(params or {})).model_dump()
+    except ValidationError as err:
+        # An unknown name first: it is the cause when a required one is reported missing.
+        first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+        where = ".".join(str(p) for p in first["loc"])
+        fields = list(schema.model_fields)
+        raise HintedValueError(f"{name}: parameter {where!r}: {first['msg']}",
+                               did_you_mean(where, fields) if first["type"] == "extra_forbidden"
+                               else f"{name} takes {', '.join(fields) or 'no parameters'}") from None

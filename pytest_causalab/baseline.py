@@ -250,8 +250,11 @@ def aggregates(result) -> dict:
             "n": len(result.values), "n_rows": len(result.rows)}
 
 
-def entry(point: Point, *, mode: str = "rows", experiment: Optional[dict] = None) -> dict:
+def entry(point: Point, *, mode: str = "rows", experiment: Optional[dict] = None,
+          extensions: Optional[dict] = None) -> dict:
     out = {"produced_by": point.produced_by, "engine": point.engine}
+    if extensions:
+        out["extensions"] = dict(sorted(extensions.items()))  # distribution -> version that scored it
     if point.weights is not None:
         out["weights"] = point.weights
     if getattr(point, "config_digest", None) is not None:
@@ -329,14 +332,14 @@ def _write(path: Path, data: dict) -> None:
 
 
 def store(path: Path, document: Path, point: Point, *, mode: str = "rows", experiment: Optional[dict] = None,
-          keep=None) -> list:
+          keep=None, extensions: Optional[dict] = None) -> list:
     """Set this point's entry in the document's baseline file: locked, re-read, replaced atomically.
     With ``keep`` (the document's point names) the entries of other points are removed: returned."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with _locked(path):
         data = load(path, repair=True) or {"format": FORMAT, "document": Path(document).name, "points": {}}
         removed = _drop_stale(data, keep, point.name)
-        data["points"][point.name] = entry(point, mode=mode, experiment=experiment)
+        data["points"][point.name] = entry(point, mode=mode, experiment=experiment, extensions=extensions)
         _write(path, data)
     return removed
 
@@ -379,7 +382,8 @@ class Verdict:
 
 
 def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
-          tolerance, mode: str = "rows", experiment: Optional[dict] = None, points=None) -> Verdict:
+          tolerance, mode: str = "rows", experiment: Optional[dict] = None, points=None,
+          extensions: Optional[dict] = None) -> Verdict:
     """Compare ``point`` with its stored baseline; write it where the rules say so.
 
     ``tolerance(result) -> (rtol, atol)``. ``update``: None, "failing" (rewrite what fails)
@@ -388,6 +392,8 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
     ``mode``: how results are stored and compared (rows, or aggregates). ``experiment``: the
     point's canonical experiment, stored to say which fields changed. ``points``: the document's
     point names; entries of others are stale — reported, and removed under ``update``.
+    ``extensions``: {distribution: version} of the extensions whose kinds the point used; a
+    baseline made with other versions says so (a note: the values decide whether it fails).
     """
     path = path_for(point.document, folder)
     verdict = Verdict()
@@ -398,13 +404,19 @@ def check(point: Point, *, folder: str, update: Optional[str], strict: bool,
     named = set(points) if points is not None else None
     stale = sorted(n for n in entries if n not in named) if named is not None else []
     stored = entries.get(point.name)
+    made_with = (stored or {}).get("extensions") or {}
+    if stored is not None and made_with != (extensions or {}):
+        then = ", ".join(f"{k} {v}" for k, v in sorted(made_with.items())) or "no extension"
+        now = ", ".join(f"{k} {v}" for k, v in sorted((extensions or {}).items())) or "no extension"
+        verdict.notes.append(f"baseline {shown} [{point.name}] was made with {then}; this run used {now}")
     status, absent, verdict.lines, checks = _compare(point, stored, mode, tolerance, experiment,
                                                      data.get("format", FORMAT))
     write = (update == "all" or (update == "failing" and status != UNCHANGED)
              or (update is None and status == MISSING and not strict))
     keep = points if update is not None else None
     if write:
-        verdict.removed = store(path, point.document, point, mode=mode, experiment=experiment, keep=keep)
+        verdict.removed = store(path, point.document, point, mode=mode, experiment=experiment, keep=keep,
+                                extensions=extensions)
         verdict.status = {MISSING: WRITTEN, CHANGED: UPDATED, DRIFTED: UPDATED}.get(status, status)
         detail = "".join(f"\n  {line.strip()}" for line in verdict.lines)
         verdict.lines = []

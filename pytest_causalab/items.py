@@ -171,7 +171,8 @@ class PointItem(pytest.Item):
                                  strict=settings.strict, tolerance=self.tolerance,
                                  mode=settings.mode_for(self.path, self.config.rootpath),
                                  experiment=state.experiment(self.path, self.valid.name, engines[0]),
-                                 points=state.document(self.path).point_names)
+                                 points=state.document(self.path).point_names,
+                                 extensions=state.extension_versions(self.path, self.valid.name, engines[0]))
         checks += verdict.checks
         self._say_unpinned(primary)
         for note in verdict.notes:

@@ -45,6 +45,9 @@ def pytest_addoption(parser) -> None:
            "this model, engine, dtype, batch size and package is not computed again", metavar="DIR")
     option("causalab-at-once", "a document's points stacked into one model call, rows x points within "
            "the batch size; default 1 (each point its own call)", metavar="N")
+    option("causalab-plugins", "an extension module to load by its dotted name (repeatable; ini: one a "
+           "line); installed extensions are found without it", "linelist", [], action="append",
+           metavar="MODULE")
     option("causalab-out", "where each point's files are written; default a pytest tmp dir",
            metavar="DIR")
     option("causalab-report", "write an HTML report of the session to DIR/index.html (each point's files "
@@ -81,8 +84,21 @@ def pytest_configure(config) -> None:
                             '-m "point(pos=-1)"')
     if not config.pluginmanager.hasplugin("xdist"):
         config.addinivalue_line("markers", "xdist_group(name): the model a point loads (pytest-xdist)")
+    _use_plugins(config)
     config.stash[SESSION] = Session(config, read_settings(config))  # UsageError on a bad value
     baseline.forget()
+
+
+def _use_plugins(config) -> None:
+    """The extension modules the command line or the ini names, loaded before any document is read."""
+    from causalab_mini import ExtensionError, extensions
+
+    names = config.getoption("causalab_plugins") or config.getini("causalab_plugins")
+    if names:
+        try:
+            extensions.use(names)
+        except ExtensionError as err:
+            raise pytest.UsageError(f"--causalab-plugins: {err}") from None
 
 
 def pytest_collect_file(file_path, parent):

@@ -226,6 +226,7 @@ class Session:
         # (document path, engine) -> its model key: resolving hashes the weights' files, and a
         # document is read once per session, so its key is resolved once too.
         self._keys: dict[tuple, tuple] = {}
+        self._extension_versions: dict[tuple, dict] = {}  # (path, point, engine) -> {distribution: version}
         self._points: dict[tuple, Any] = {}
         self._experiments: dict[tuple, dict] = {}  # (path, point, engine) -> the canonical experiment run
         self._tmp: Optional[Path] = None
@@ -405,7 +406,14 @@ class Session:
         # What produced_by digests (the point's document without its header, defaults written out):
         # a baseline stores it so a changed experiment can say which fields changed.
         self._experiments[(doc.path, shown, engine)] = single.points[0].spec.canonical()
+        self._extension_versions[(doc.path, shown, engine)] = {
+            e["distribution"]: e["version"] for e in (ran.record or {}).get("extensions", [])}
         return replace(ran.point(), document=doc.path, name=shown, coords=dict(valid.coords), engine=engine)
+
+    def extension_versions(self, path, name: Optional[str], engine: str) -> dict:
+        """{distribution: version} of the extensions whose kinds the point used in this session."""
+        doc = self.document(path)
+        return self._extension_versions.get((doc.path, point_name(doc.path, name), engine), {})
 
     def experiment(self, path, name: Optional[str], engine: str) -> Optional[dict]:
         """The canonical experiment a point ran (``Spec.canonical()``: no header, defaults written

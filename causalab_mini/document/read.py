@@ -75,11 +75,23 @@ def points(raw: dict) -> list[ValidPoint]:
         jsontext.check(raw)
     except jsontext.Problem as err:
         raise DocumentError(err.where or "document", err.problem, err.fix) from None
+    _extensions(raw)
     found = _validated(sweep.lower(raw, share=True))
     expect.check_points(found)
     if _one_header(found):
         return _own_expectations_shared(found)
     return [_own_expectations(p) for p in found]
+
+
+def _extensions(raw) -> None:
+    """The installed extensions loaded (their kinds known to validation), and those the document
+    names each present and usable — refused first, so a kind one provides is not reported unknown."""
+    from .. import extensions
+
+    extensions.discover()
+    named = raw.get("extensions") if isinstance(raw, dict) else None
+    if isinstance(named, list) and all(isinstance(n, str) for n in named):
+        extensions.check_named(named)
 
 
 # A point's document shares every subtree no sweep wrapper changes with the document read and with

@@ -47,6 +47,25 @@ def check_spec(spec: "Spec") -> None:
         _check_intervention(spec, f"interventions.{name}", iv)
     _check_steps(spec)
     _check_save_paths(spec)
+    _check_extensions_named(spec)
+
+
+def _check_extensions_named(spec: "Spec") -> None:
+    """A kind an extension registered is used only by a document that names the extension: the
+    document then says what it needs, and a run records the version that scored it."""
+    from ..extensions import origin_of
+
+    named = set(spec.extensions)
+    for iname, iv in spec.interventions.items():
+        uses = [(f"interventions.{iname}.metrics.{n}.kind", m.kind, origin_of(m.kind, "metric"))
+                for n, m in iv.metrics.items()]
+        uses += [(f"interventions.{iname}.writes.{n}.mechanism", w.mechanism, origin_of(w.mechanism, "mechanism"))
+                 for n, w in iv.writes.items()]
+        for where, kind, origin in uses:
+            if origin is not None and origin not in named:
+                raise DocumentError(where, f"{kind!r} comes from the extension {origin!r}, which the "
+                                    "document does not name",
+                                    f"add \"extensions\": {sorted(named | {origin})} to the document")
 
 
 def _check_save_paths(spec: "Spec") -> None:
@@ -156,20 +175,28 @@ def _check_intervention(spec: "Spec", path: str, iv: "Intervention") -> None:
 
     for name, metric in iv.metrics.items():
         mp = f"{path}.metrics.{name}"
-        _known(f"{mp}.of", "read", metric.of, iv.reads)
-        read = iv.reads[metric.of]
-        if read.pos.width != 1:
-            raise DocumentError(
-                f"{mp}.of", f"a metric scores one position per row, and read {metric.of!r} at "
-                f"{read.pos.spelling()} is {'a varying number of' if read.pos.width is None else read.pos.width} "
-                "positions wide", "read one position: {\"index\": -1}, optionally with a scope")
-        component = spec.sites[read.site].component
-        if component not in VOCAB_WIDE and read.view != "logits":
-            raise DocumentError(f"{mp}.of", f"read {metric.of!r} is at {component}, not at logits",
-                                "read lm_head or logits, or add \"view\": \"logits\" to the read")
-        if read.featurizer is not None:
-            raise DocumentError(f"{mp}.of", f"read {metric.of!r} goes through featurizer "
-                                f"{read.featurizer!r}; a metric scores logits", "drop the featurizer")
+        # The read it scores, and the reads its kind compares that one with: each logits at one
+        # position per row.
+        for field, op in (("of", metric.of), *metric.compared_reads):
+            _known(f"{mp}.{field}", "read", op, iv.reads)
+            read = iv.reads[op]
+            if read.pos.width != 1:
+                raise DocumentError(
+                    f"{mp}.{field}", f"a metric scores one position per row, and read {op!r} at "
+                    f"{read.pos.spelling()} is {'a varying number of' if read.pos.width is None else read.pos.width} "
+                    "positions wide", "read one position: {\"index\": -1}, optionally with a scope")
+            component = spec.sites[read.site].component
+            if component not in VOCAB_WIDE and read.view != "logits":
+                raise DocumentError(f"{mp}.{field}", f"read {op!r} is at {component}, not at logits",
+                                    "read lm_head or logits, or add \"view\": \"logits\" to the read")
+            if read.featurizer is not None:
+                raise DocumentError(f"{mp}.{field}", f"read {op!r} goes through featurizer "
+                                    f"{read.featurizer!r}; a metric scores logits", "drop the featurizer")
+        for field, op in metric.compared_reads:
+            if op == metric.of:
+                raise DocumentError(f"{mp}.{field}", f"{field} is the read this metric scores ({op!r}): "
+                                    "it would compare the read with itself",
+                                    "name the read of the other pass (e.g. the original model's)")
     if set(iv.writes) & set(iv.reads):
         clash = sorted(set(iv.writes) & set(iv.reads))[0]
         raise DocumentError(f"{path}.writes.{clash}", f"{clash!r} names both a read and a write",

@@ -15,7 +15,7 @@ import hashlib
 import json
 from typing import Annotated, Any, Literal, Optional, Union
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer,
                       StrictInt, ValidationError, ValidationInfo, WithJsonSchema, field_validator,
                       model_validator)
 
@@ -25,6 +25,8 @@ from ..jsontext import array_as_tuple
 from ..shapes import Where
 from ..vocab import (COMPONENTS, DTYPES, FEATURIZER_KINDS, FEATURIZERS, MECHANISMS, METRICS, REDUCTIONS,
                      check_params)
+from ..metric_kinds import READ_SLOTS, check_params as check_metric_params
+from ..suggest import HintedValueError, did_you_mean
 from .errors import document_error
 from .expect import Expectation
 from .rules import check_spec
@@ -257,13 +259,24 @@ class Read(_Strict):
     featurizer: Optional[str] = None
 
 
+def _mechanism(value: Any) -> Any:
+    """A mechanism from the live vocabulary (an extension registered after import is known)."""
+    if isinstance(value, str) and value not in MECHANISMS:
+        raise HintedValueError(f"unknown mechanism {value!r}; one of {', '.join(sorted(MECHANISMS))}",
+                               did_you_mean(value, MECHANISMS) or "list them with `causalab-mini vocab`; "
+                               "one an extension provides needs that extension installed")
+    return value
+
+
 class Write(_Strict):
     site: str
     pos: Position
-    mechanism: Literal[tuple(MECHANISMS)]  # type: ignore[valid-type]
+    mechanism: Annotated[str, AfterValidator(_mechanism)] = Field(
+        description="A mechanism: `causalab-mini vocab` lists the built-in ones and installed extensions'.")
     # validate_default: a missing operand or parameter is refused at its own field's path.
     operand: Optional[Operand] = Field(None, validate_default=True)
-    params: dict[str, Union[float, int]] = Field(default_factory=dict, validate_default=True)
+    # Numbers for the built-ins (checked by vocab.check_params); an extension's schema may take more.
+    params: dict[str, Any] = Field(default_factory=dict, validate_default=True)
     featurizer: Optional[str] = None
     features: Optional[list[int]] = None
 
@@ -319,8 +332,19 @@ class ModelDef(_Strict):
     writes: list[str] = Field(default_factory=list)
 
 
+def _metric_kind(value: Any) -> Any:
+    """A metric kind from the live registry (an extension registered after import is known), with
+    the name a misspelling likely meant."""
+    if isinstance(value, str) and value not in METRICS:
+        raise HintedValueError(f"unknown metric kind {value!r}; one of {', '.join(sorted(METRICS))}",
+                               did_you_mean(value, METRICS) or "list the kinds with `causalab-mini vocab`; "
+                               "a kind an extension provides needs that extension installed")
+    return value
+
+
 class MetricDef(_Strict):
-    kind: Literal[tuple(METRICS)]  # type: ignore[valid-type]
+    kind: Annotated[str, AfterValidator(_metric_kind)] = Field(
+        description="A metric kind: `causalab-mini vocab` lists the built-in kinds and installed extensions'.")
     of: str
     # validate_default: a column the kind needs and the document omits is refused at its own path.
     expected: Optional[str] = Field(None, validate_default=True)
@@ -328,6 +352,16 @@ class MetricDef(_Strict):
     b: Optional[str] = Field(None, validate_default=True)
     target: Optional[str] = Field(None, validate_default=True)
     token: Optional[str] = Field(None, validate_default=True)
+    # Other reads of the intervention the kind compares this one with, at the same rows.
+    reference: Optional[str] = Field(None, validate_default=True, description="kl_div: the read whose "
+                                     "distribution this read's is measured from.")
+    base: Optional[str] = Field(None, validate_default=True, description="normalized_effect: the read "
+                                "of the run the effect is measured from (0).")
+    counterfactual: Optional[str] = Field(None, validate_default=True, description="normalized_effect: "
+                                          "the read of the run the effect is measured to (1).")
+    params: dict[str, Any] = Field(default_factory=dict, validate_default=True,
+                                   description="The kind's parameters (top_k's k, normalized_effect's "
+                                   "measure); defaults are written out.")
     token_form: Literal["space_prefixed"] = "space_prefixed"
     # A column whose answer this metric's must not share a scored token with: a row where they
     # do compares a token with itself and is excluded (answers_share_token). logit_diff's a and
@@ -335,27 +369,60 @@ class MetricDef(_Strict):
     distinct_from: Optional[str] = Field(None, description="A data column whose answer must not "
                                          "share the scored token (rows that do are excluded).")
 
-    @field_validator("expected", "a", "b", "target", "token")
+    @field_validator("expected", "a", "b", "target", "token", "reference", "base", "counterfactual")
     @classmethod
-    def _column(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
+    def _slot(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
         kind = info.data.get("kind")
-        if kind is None:
+        if kind is None or kind not in METRICS:
             return value
-        wanted = METRICS[kind].columns
-        spelled = ", ".join(f'"{c}": <column>' for c in wanted)
-        if info.field_name in wanted and value is None:
-            raise ValueError(f"{kind} names the column(s) {list(wanted)}; missing "
+        record = METRICS[kind]
+        slots = record.reads if info.field_name in READ_SLOTS else record.columns
+        what = "read" if info.field_name in READ_SLOTS else "column"
+        spelled = ", ".join(f'"{c}": <{what}>' for c in slots)
+        if info.field_name in slots and value is None:
+            raise ValueError(f"{kind} names the {what}(s) {list(slots)}; missing "
                              f"{info.field_name!r} — write {{{spelled}}}")
-        if info.field_name not in wanted and value is not None:
-            owners = [k for k, m in METRICS.items() if info.field_name in m.columns]
-            raise ValueError(f"{kind} names the column(s) {list(wanted)}; {info.field_name!r} "
-                             f"belongs to {', '.join(owners)} — write {{{spelled}}}")
+        if info.field_name not in slots and value is not None:
+            owners = [k for k, m in METRICS.items() if info.field_name in (*m.columns, *m.reads)]
+            takes = f"the {what}(s) {list(slots)}" if slots else f"no {what}"
+            raise ValueError(f"{kind} names {takes}; {info.field_name!r} belongs to "
+                             f"{', '.join(owners)}" + (f" — write {{{spelled}}}" if slots else " — remove it"))
         return value
+
+    @field_validator("params")
+    @classmethod
+    def _params(cls, value: dict, info: ValidationInfo) -> dict:
+        # Checked by the kind's schema and stored with defaults filled, so a default written out
+        # and a default omitted are the same experiment.
+        kind = info.data.get("kind")
+        if kind is None or kind not in METRICS:
+            return value
+        record = METRICS[kind]
+        try:
+            return check_metric_params(record, value)
+        except ValidationError as err:
+            # An unknown name first: it is the cause when a required one is reported missing.
+            first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+            where = ".".join(str(p) for p in first["loc"])
+            fields = list(record.params.model_fields) if record.params else []
+            raise HintedValueError(f"{kind}: params{'.' + where if where else ''}: {first['msg']}",
+                                   did_you_mean(where, fields) if first["type"] == "extra_forbidden" else
+                                   f"{kind} takes the params {fields}") from None
 
     @property
     def columns(self) -> tuple[str, ...]:
         """The data columns, in the order the scorer takes them (vocab.COLUMNS)."""
         return tuple(getattr(self, c) for c in METRICS[self.kind].columns)
+
+    def __hash__(self) -> int:
+        # Frozen, but params is a dict: hashed by its JSON (a compile keys its metrics on the def).
+        fields = self.model_dump()
+        return hash(json.dumps(fields, sort_keys=True, default=str))
+
+    @property
+    def compared_reads(self) -> tuple[tuple[str, str], ...]:
+        """(slot, read name) of the other reads the kind compares this one with, in its order."""
+        return tuple((slot, getattr(self, slot)) for slot in METRICS[self.kind].reads)
 
 
 class Intervention(_Strict):
@@ -463,6 +530,10 @@ class Spec(_Strict):
     featurizers: dict[str, Featurizer] = Field(default_factory=dict)
     interventions: dict[str, Intervention]
     steps: dict[str, Step]
+    # The distributions (or modules) whose metric kinds and mechanisms the document uses: a reader
+    # without them is told which to install, and a run records their versions.
+    extensions: list[str] = Field(default_factory=list, description="The extensions (installed "
+                                  "distributions, or modules) whose kinds this document uses.")
 
     @model_validator(mode="before")
     @classmethod
@@ -480,17 +551,23 @@ class Spec(_Strict):
     def canonical(self) -> dict:
         """The experiment without its header, every default written out: what ``produced_by`` digests.
 
-        Fields added to the schema later (``model.modules``, a metric's ``distinct_from``) are
+        Fields added to the schema later (``model.modules``, a metric's ``distinct_from``, its
+        other reads and params) are
         left out when the document does not use them: they do not change what an experiment
         that never used them is.
         """
         out = self.model_dump(mode="json", exclude={"header"})
+        if not out.get("extensions"):
+            out.pop("extensions", None)
         if out["model"].get("modules") is None:
             out["model"].pop("modules", None)
         for iv in out.get("interventions", {}).values():
             for metric in iv.get("metrics", {}).values():
-                if metric.get("distinct_from") is None:
-                    metric.pop("distinct_from", None)
+                for later in ("distinct_from", "reference", "base", "counterfactual"):
+                    if metric.get(later) is None:
+                        metric.pop(later, None)
+                if not metric.get("params"):
+                    metric.pop("params", None)
         return out
 
     @property

@@ -403,25 +403,39 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
         obs.results["positions"] = positions
     scored = {}
     eligible = {}
+    excluded = {}
     for m in obs.metrics:
-        window, ragged = windows[m.of]
-        found = tuple(len(w) > 0 for w in window)  # the position half, which only the run knows
+        # The position half, which only the run knows: the row's position found in the read it
+        # scores and in every read its kind compares that one with.
+        found = [True] * len(m.column_eligible)
+        for op in (m.of, *(read for _, read in m.reads)):
+            found = [f and len(w) > 0 for f, w in zip(found, windows[op][0])]
         rows = tuple(c and p for c, p in zip(m.column_eligible, found))
         if not any(rows):
             raise EngineError(m.name, "no row survives both halves of eligibility (a value in every "
                               "column, and a position the run could place): a metric of nothing has "
                               "no mean", "check the answer columns and the read's position")
-        logits = metric_ops.squeeze_positions(values[m.of], ragged, path=m.name)
-        # Rectangular: one row of logits per data row. Flat: one per row that resolved.
-        places = [i for i, ok in enumerate(found) if ok] if ragged else list(range(len(found)))
-        take = [places.index(i) for i, ok in enumerate(rows) if ok]
-        index = torch.tensor(take, dtype=torch.long, device=logits.device)
+        logits = _scored_rows(values[m.of], *windows[m.of], rows, m.name)
+        others = {slot: _scored_rows(values[op], *windows[op], rows, f"{m.name}.{slot}") for slot, op in m.reads}
         ids = [torch.tensor([col[i] for i, ok in enumerate(rows) if ok], dtype=torch.long)
                for col in m.token_ids]
-        value = metric_ops.score(m.kind, logits.index_select(0, index), ids, path=m.name)
+        value, defined = metric_ops.scored(m.kind, logits, ids, reads=others, params=dict(m.params), path=m.name)
+        if defined is not None and not bool(defined.all()):
+            # The kind left some rows undefined (a zero denominator): out of the scored set, with
+            # its reason, exactly as a row without an answer is.
+            undefined = {i for i, k in zip([i for i, ok in enumerate(rows) if ok], defined.tolist()) if not k}
+            # Per row of the step: the kind's reason where it left the row out, else "".
+            excluded[m.name] = tuple(m.excludes if i in undefined else "" for i in range(len(rows)))
+            rows = tuple(ok and i not in undefined for i, ok in enumerate(rows))
+            value = value[defined]
+            if not any(rows):
+                raise EngineError(m.name, f"{m.kind} left every row undefined ({m.excludes}): a metric "
+                                  "of nothing has no mean", "check the reads it compares (they may not differ)")
         scored[m.name] = value
         eligible[m.name] = rows
         obs.results[m.name] = value.detach().cpu()
+    if excluded:
+        obs.results["excluded"] = excluded
     if eligible:
         obs.results["eligible"] = eligible
     for name in obs.kept:  # asked for by the run (cm.run(reads=...)): the value as read, on the CPU
@@ -447,6 +461,16 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
         state.outputs[out.name] = published
         obs.results[out.name] = published.value.detach().cpu()
     return scored if live else {}
+
+
+def _scored_rows(value, window, ragged: bool, rows: tuple, path: str):
+    """A read's ``(n, vocab)`` logits at the scored rows: its unit window squeezed off; a flat read
+    (one entry per row whose position resolved) indexed by each scored row's place among those."""
+    logits = metric_ops.squeeze_positions(value, ragged, path=path)
+    found = [len(w) > 0 for w in window]
+    places = [i for i, ok in enumerate(found) if ok] if ragged else list(range(len(found)))
+    take = [places.index(i) for i, ok in enumerate(rows) if ok]
+    return logits.index_select(0, torch.tensor(take, dtype=torch.long, device=logits.device))
 
 
 def _check_harvested(path: str, pos: str, out, window, positions: Optional[dict]) -> None:

@@ -183,6 +183,27 @@ def _shape_of(f: Tensor, features: Optional[tuple[int, ...]]) -> tuple[int, ...]
     return tuple(f.shape) if features is None else tuple(f.shape[:-1]) + (len(features),)
 
 
+def _held(spec, path: str):
+    """An extension's mechanism held to the contract the walk relies on: f' of f's shape and dtype,
+    no NaN where f had none; its failure named with its distribution, not a traceback from the walk."""
+    whose = f"mechanism {spec.name!r} (registered by {spec.origin})"
+    fix = f"fix or upgrade {spec.origin}, or write with another mechanism"
+
+    def do(f: Tensor, op, params: dict, f0) -> Tensor:
+        try:
+            new = spec.apply(f, op, params, f0)
+        except Exception as err:  # noqa: BLE001 — the extension's own failure
+            raise EngineError(path, f"{whose} raised {type(err).__name__}: {err}", fix) from None
+        if not isinstance(new, Tensor) or new.shape != f.shape or new.dtype != f.dtype:
+            got = f"{new.dtype} {tuple(new.shape)}" if isinstance(new, Tensor) else type(new).__name__
+            raise EngineError(path, f"{whose} returned {got} for a feature value of {f.dtype} "
+                              f"{tuple(f.shape)}", fix)
+        if bool(new.isnan().any()) and not bool(f.isnan().any()):
+            raise EngineError(path, f"{whose} returned NaN", fix)
+        return new
+    return do
+
+
 def apply_write(x: Tensor, *, featurizer: Featurizer, mechanism: str, params: Optional[dict],
                 operand: Operand, f0: Optional[Tensor] = None,
                 features: Optional[tuple[int, ...]] = None, path: str = "") -> Tensor:
@@ -197,8 +218,9 @@ def apply_write(x: Tensor, *, featurizer: Featurizer, mechanism: str, params: Op
     it (renormalize); it is featurized and cut like x. Arithmetic in float32
     inside ``exact()``; the result comes back in x's dtype and shape.
     """
-    if mechanism not in REGISTRY:
-        raise EngineError(path, f"unknown mechanism {mechanism!r}; one of {', '.join(sorted(REGISTRY))}", _SEE_PLAN)
+    if mechanism not in vocab.MECHANISMS:
+        raise EngineError(path, f"unknown mechanism {mechanism!r}; one of {', '.join(sorted(vocab.MECHANISMS))}",
+                          _SEE_PLAN)
     try:
         params = check_params(mechanism, params)
     except ValueError as e:
@@ -231,7 +253,7 @@ def apply_write(x: Tensor, *, featurizer: Featurizer, mechanism: str, params: Op
         f0_f = None
         if spec.needs_f0:
             f0_f, _ = featurizer.featurize(f0.to(device=x.device, dtype=torch.float32))
-        do = REGISTRY[mechanism]
+        do = REGISTRY[mechanism] if spec.apply is None else _held(spec, path)
         if features is None:
             new = do(f, op, params, f0_f)
         else:

@@ -8,13 +8,13 @@ kind shares and calls the kind's ``compute``; it knows no kind by name.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from ..errors import EngineError
-from ..metric_kinds import METRICS
+from ..metric_kinds import BUILT_IN, METRICS
 from .intervene import exact
 
 # What to do about a refusal the compiler makes first, so that a document should not reach it.
@@ -33,18 +33,31 @@ def squeeze_positions(value: Tensor, ragged: bool, *, path: str = "") -> Tensor:
     return value[:, 0, :]
 
 
-def score(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, path: str = "") -> Tensor:
-    """One float32 value per row of ``logits`` ``(n, vocab)``; ``token_ids`` one ``(n,)`` id tensor per column.
+def score(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, reads: Optional[dict] = None,
+          params: Optional[dict] = None, path: str = "") -> Tensor:
+    """One float32 value per row of ``logits`` ``(n, vocab)`` (``scored`` without the rows a kind
+    leaves undefined: their values are whatever its compute put there)."""
+    return scored(kind, logits, token_ids, reads=reads, params=params, path=path)[0]
 
-    The kind's ``compute`` (see metric_kinds.py for each definition) gets the logits
-    in float32 and the ids as long tensors on the logits' device, autocast off.
+
+def scored(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, reads: Optional[dict] = None,
+           params: Optional[dict] = None, path: str = "") -> tuple[Tensor, Optional[Tensor]]:
+    """``(values, defined)``: one float32 value per row of ``logits`` ``(n, vocab)``, and, for a
+    kind that may leave a row undefined, which rows are (an ``(n,)`` bool tensor; else None).
+
+    ``token_ids``: one ``(n,)`` id tensor per column; ``reads``: the kind's other reads by slot,
+    each ``(n, vocab)`` at the same rows; ``params``: its validated parameters. The kind's
+    ``compute`` (see metric_kinds.py) gets the logits and reads in float32 and the ids as long
+    tensors on the logits' device, autocast off. Whatever it returns is held to that contract
+    here — shape, dtype, no NaN — so a wrong kind (an extension's included) is refused by name,
+    never averaged.
     """
     record = METRICS.get(kind)
     if record is None:
         raise EngineError(path, f"unknown metric kind {kind!r}; one of {', '.join(sorted(METRICS))}", _SEE_PLAN)
     columns = record.columns
     if len(token_ids) != len(columns):
-        raise EngineError(path, f"{kind} takes {len(columns)} id column{'s' if len(columns) > 1 else ''} "
+        raise EngineError(path, f"{kind} takes {len(columns)} id column{'' if len(columns) == 1 else 's'} "
                                 f"({', '.join(columns)}), got {len(token_ids)}", _SEE_PLAN)
     if logits.dim() != 2:
         raise EngineError(path, f"{kind} scores (n, vocab) logits, got {tuple(logits.shape)}",
@@ -61,13 +74,43 @@ def score(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, path: str =
         if n and (int(t.min()) < 0 or int(t.max()) >= width):
             raise EngineError(path, f"{kind}: column {name!r} has ids outside the vocabulary of {width}", _SEE_PLAN)
         ids.append(t.to(device=logits.device, dtype=torch.long))
+    reads = dict(reads or {})
+    if set(reads) != set(record.reads):
+        raise EngineError(path, f"{kind} compares with the reads {list(record.reads)}, got {sorted(reads)}", _SEE_PLAN)
+    for slot, other in reads.items():
+        if tuple(other.shape) != (n, width):
+            raise EngineError(path, f"{kind}: read {slot!r} is {tuple(other.shape)}, the logits ({n}, {width})",
+                              _SEE_PLAN)
+        reads[slot] = other.to(device=logits.device, dtype=torch.float32)
 
+    whose = f"the compute registered for {kind!r} by {record.origin}"
     with exact():
-        values = record.compute(logits.to(torch.float32), *ids)
+        try:
+            got = record.compute(logits.to(torch.float32), *ids, **reads, **dict(params or {}))
+        except Exception as err:  # noqa: BLE001 — a kind's own failure, named, not a traceback from the walk
+            if record.origin == BUILT_IN:
+                raise
+            raise EngineError(path, f"{kind}: {whose} raised {type(err).__name__}: {err}",
+                              f"fix or upgrade {record.origin}, or score with another kind") from None
+    values, defined = got if isinstance(got, tuple) and len(got) == 2 else (got, None)
     # A registered kind's compute is outside this module's control: hold it to the contract
     # the callers rely on (one float32 per row), so a wrong one fails here and not in a mean.
     if not isinstance(values, Tensor) or tuple(values.shape) != (n,) or values.dtype != torch.float32:
-        got = (f"{values.dtype} {tuple(values.shape)}" if isinstance(values, Tensor) else type(values).__name__)
-        raise EngineError(path, f"{kind}: its compute returned {got}, not one float32 value per row ({n},)",
+        shown = (f"{values.dtype} {tuple(values.shape)}" if isinstance(values, Tensor) else type(values).__name__)
+        raise EngineError(path, f"{kind}: {whose} returned {shown}, not one float32 value per row ({n},)",
                           f"fix the compute registered for {kind!r} (metric_kinds.register_metric)")
-    return values
+    if defined is not None:
+        if not isinstance(defined, Tensor) or tuple(defined.shape) != (n,) or defined.dtype != torch.bool:
+            shown = (f"{defined.dtype} {tuple(defined.shape)}" if isinstance(defined, Tensor) else type(defined).__name__)
+            raise EngineError(path, f"{kind}: {whose} returned a row mask of {shown}, not ({n},) bool",
+                              "return (values, defined) with defined a bool tensor, or values alone")
+        if not record.excludes:
+            raise EngineError(path, f"{kind}: {whose} returned a row mask but declares no reason (excludes)",
+                              "register the kind with excludes=\"<why a row is undefined>\"")
+    bad = values.isnan() if defined is None else values.isnan() & defined
+    if bool(bad.any()):
+        raise EngineError(path, f"{kind}: {whose} returned NaN on {int(bad.sum())} of {n} rows",
+                          "a NaN is a bug, not a value: leave an undefined row out by returning (values, "
+                          "defined) with an excludes reason" if record.origin != BUILT_IN else
+                          "check the model's dtype (fp16 overflows) and its logits")
+    return values, defined

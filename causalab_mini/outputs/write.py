@@ -56,6 +56,7 @@ def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
     values = step.results[name].tolist()
     eligible = step.results.get("eligible", {}).get(name, metric.column_eligible)
     positions = step.results.get("positions", {}).get(metric.of)
+    excluded = step.results.get("excluded", {}).get(name)
     rows, it = [], iter(values)
     for i, example_id in enumerate(step.example_ids):
         ok = bool(eligible[i])
@@ -69,6 +70,14 @@ def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
             # The document fixed the position on every row; there is nothing to report.
             row["positions"] = None
             row["reason"] = ""
+        if not ok and not row["reason"] and excluded is not None and excluded[i]:
+            row["reason"] = excluded[i]  # the kind left the row undefined (a zero denominator)
+        for _, other in metric.reads if not ok and not row["reason"] else ():
+            # Placed in this read, not in one its kind compares it with: that read's reason.
+            record = step.results.get("positions", {}).get(other)
+            if record is not None and record["reason"][i]:
+                row["reason"] = f"{other}: {record['reason'][i]}"
+                break
         if not ok and not row["reason"] and not metric.column_eligible[i]:
             # The column half excluded it (no answer, or two answers scoring one token) — say
             # so even when the position half, reported above, found the position.

@@ -454,7 +454,9 @@ class _PointCompiler:
                       token_ids=first, column_eligible=eligible, unit=kind.unit,
                       estimand_version=kind.estimand_version, compared=tuple(compared),
                       answers=tuple(answers), pieces=tuple(pieces), scored=scored,
-                      column_reasons=tuple(reasons), contrast_from=contrast_from)
+                      column_reasons=tuple(reasons), contrast_from=contrast_from,
+                      reads=metric.compared_reads, params=tuple(sorted(metric.params.items())),
+                      excludes=kind.excludes)
         if not any(eligible):
             shared = reasons.count("answers_share_token")
             if shared:

@@ -24,7 +24,7 @@ def read_names(obs: Observe) -> set[str]:
 
 def _reserved(obs: Observe) -> set[str]:
     """Result names a kept read may not take: the metrics, outputs and records the pass writes."""
-    return ({m.name for m in obs.metrics} | {o.name for o in obs.outputs} | {"eligible", "positions"}
+    return ({m.name for m in obs.metrics} | {o.name for o in obs.outputs} | {"eligible", "positions", "excluded"}
             | {f"{f.model}.generated" for f in obs.forwards})
 
 

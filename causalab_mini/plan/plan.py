@@ -135,6 +135,10 @@ class Metric:
     scored: tuple[tuple[Optional[str], ...], ...] = ()  # per label, per row: the scored token as a string
     column_reasons: tuple[str, ...] = ()  # per row: "", "no_answer" or "answers_share_token"
     contrast_from: Optional[str] = None  # why a contrast is held apart: "distinct_from", or the logit_diff
+    # The other reads the kind compares ``of`` with: (slot, read name), scored at the same rows.
+    reads: tuple[tuple[str, str], ...] = ()
+    params: tuple[tuple[str, Any], ...] = ()  # the kind's parameters, defaults filled (sorted by name)
+    excludes: str = ""  # the reason a row the kind leaves undefined is given
 
     @property
     def partial(self) -> int:
@@ -382,7 +386,7 @@ class Plan:
         if len(hits) == 1:
             return hits[0][1]
         names = sorted({k for p, s in self.walk() if not isinstance(s, Plan) for k in s.results
-                        if k not in ("positions", "eligible")})
+                        if k not in ("positions", "eligible", "excluded")})
         if not hits:
             raise PlanError(f"result {name!r}", "not in this plan", f"results here: {names}")
         raise PlanError(f"result {name!r}", f"{len(hits)} in this plan",

@@ -35,7 +35,8 @@ def document_run(execution: Execution, out: Optional[Path] = None) -> Run:
     swept = not execution.flat
     timing = execution.clock.record({s.key: s.name for s in slots} if swept else None)
     # The record names the run's point, so open() calls an unswept run's one point what run() did.
-    record = {**execution.record(), "document": doc.name, TIMING: timing}
+    record = {**execution.record(), "document": doc.name, **_extensions(s.valid.spec for s in slots),
+              TIMING: timing}
     points = []
     for s in slots:
         folder = (out / s.name if swept else out) if out is not None else None
@@ -58,7 +59,7 @@ def point_run(execution: Execution, key: str, folder: Optional[Path] = None) -> 
     if slot.entry is None:
         execution.executed(key)  # refuses as its compile or its group's walk did
     single = slot.doc if slot.name is None else slot.doc.point(slot.name)
-    record = {**execution.record(), "document": single.name,
+    record = {**execution.record(), "document": single.name, **_extensions(p.spec for p in single.points),
               TIMING: execution.clock.point_record(key) if not execution.flat else execution.clock.record()}
     point = _point(execution, slot, single.path, single.name, (), folder, alone=True)
     ran = Run(single.path, execution.engine, [point], folder, record, plan=point.plan)
@@ -68,6 +69,17 @@ def point_run(execution: Execution, key: str, folder: Optional[Path] = None) -> 
         layout = replace(slot.compiled, name="<root>", coords=())
         ran.files = writer.commit(folder, writer.manifest(layout, record, {"": _saved(execution, slot)}))
     return ran
+
+
+def _extensions(specs) -> dict:
+    """run.json's ``extensions``: each extension whose kinds the run's points used (distribution,
+    version, source digest), or nothing when none did (a run of built-ins records what it did)."""
+    from ..extensions import used
+
+    found = {}
+    for spec in specs:
+        found.update((e["distribution"], e) for e in used(spec))
+    return {"extensions": [found[k] for k in sorted(found)]} if found else {}
 
 
 def _point(execution: Execution, slot: Slot, path, name: str, coords, folder, *, alone: bool = False) -> Point:

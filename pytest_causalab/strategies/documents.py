@@ -221,6 +221,26 @@ def _subset(n: int, max_size: int) -> st.SearchStrategy[list]:
     return st.lists(st.integers(0, n - 1), min_size=1, max_size=min(n, max_size), unique=True)
 
 
+# A metric kind's params, drawn within its schema: required ones always, the others sometimes
+# (their defaults are filled in when left out).
+_METRIC_PARAMS = {
+    "top_k": st.fixed_dictionaries({"k": st.integers(1, 5)}),
+    "normalized_effect": st.fixed_dictionaries({}, optional={
+        "measure": st.sampled_from(("logit_diff", "prob_diff")),
+        "min_denominator": st.sampled_from((1e-6, 1e-4, 1e-3))}),
+}
+
+
+def _metric_params(record) -> Optional[st.SearchStrategy[dict]]:
+    """The params of kind ``record`` drawn within its schema; for a kind not in the table, none when
+    its schema requires none (defaults are filled in), and None when it requires some."""
+    if record.name in _METRIC_PARAMS:
+        return _METRIC_PARAMS[record.name]
+    if any(f.is_required() for f in record.params.model_fields.values()):
+        return None
+    return st.just({})
+
+
 @st.composite
 def _document(draw, model: str, data: str, models, data_roots, sweeps: bool, scopes: bool,
               engine: Optional[str], header: bool) -> dict:
@@ -300,18 +320,40 @@ def _document(draw, model: str, data: str, models, data_roots, sweeps: bool, sco
     # --- metrics on the patched logits, and which of them are saved
     kinds = draw(st.lists(st.sampled_from(sorted(vocab.METRICS)), min_size=1, max_size=3, unique=True))
     metrics: dict = {}
+    compared: list = []  # the other logits reads the drawn kinds compare the patched one with
     for kind in kinds:
+        record = vocab.METRICS[kind]
         metric: dict = {"kind": kind, "of": "logits"}
-        for column in vocab.METRICS[kind].columns:
+        for column in record.columns:
             metric[column] = draw(st.sampled_from(answers))
-        if kind == "logit_diff":  # b is the other day's answer: a with itself is refused, every row
+        if "a" in record.columns and "b" in record.columns:
+            # b is the other day's answer: a with itself shares its scored token, and every row is refused
             others = [c for c in answers if _SAME_ANSWER[c] != _SAME_ANSWER[metric["a"]]]
             if not others:
                 continue
             metric["b"] = draw(st.sampled_from(others))
+        if record.params is not None:
+            drawn_params = _metric_params(record)
+            if drawn_params is None:  # an extension's kind whose required params this cannot fill
+                continue
+            metric_params = draw(drawn_params)
+            if metric_params or draw(st.booleans()):  # no params, or {}, written out: the same
+                metric["params"] = metric_params
+        # Each read slot names another logits read of one position: the original model's on the
+        # base prompt ("clean"), or, for a second slot (normalized_effect's counterfactual), on
+        # the counterfactual prompt ("cf_logits") — distinct reads, so the effect has a denominator.
+        for i, slot in enumerate(record.reads):
+            metric[slot] = ("clean", "cf_logits")[min(i, 1)]
+            compared.append(metric[slot])
         metrics[kind] = metric  # each drawn metric is named by its kind: at most one of each
-    if not metrics:  # data with one answer column and only logit_diff drawn
+    if not metrics:  # data with one answer column and only a/b kinds drawn
         metrics["token_prob"] = {"kind": "token_prob", "of": "logits", "token": answers[0]}
+    if "clean" in compared:
+        reads["clean"] = {"site": "head", "pos": draw(position_json(lengths, cuts=("index",))),
+                          "model": "original", "input": "base"}
+    if "cf_logits" in compared:
+        reads["cf_logits"] = {"site": "head", "pos": draw(position_json(lengths, cuts=("index",))),
+                              "model": "original", "input": "counterfactual"}
     saved = draw(st.lists(st.sampled_from(sorted(metrics)), unique=True, max_size=len(metrics)))
     saves = []
     for name in saved:
@@ -322,7 +364,7 @@ def _document(draw, model: str, data: str, models, data_roots, sweeps: bool, sco
 
     roles = {"base": {"field": "input"}}
     rows_of = {"base": data}
-    if operand == "read":
+    if operand == "read" or "cf_logits" in reads:
         roles["counterfactual"] = {"field": "counterfactual_inputs[0]"}
         rows_of["counterfactual"] = data
 
@@ -360,7 +402,11 @@ def documents(model: str = "tiny-llama", *, data: str = "weekdays/train", sweeps
     operand (when it takes one) a read ``v_cf`` of the counterfactual prompt at
     the same position, or a number; sometimes ``features`` inside the write's
     space. A read ``logits`` of the patched model at a drawn index, one to three
-    metrics on it over the data's answer columns, a drawn subset of them saved.
+    metrics on it over the data's answer columns, a drawn subset of them saved; a
+    kind that compares ``logits`` with other reads (``METRICS[kind].reads``) names
+    the original model's logits on the base prompt (``clean``) and, for a second
+    slot, on the counterfactual prompt (``cf_logits``), each at a drawn index, and
+    a kind's params are drawn within its schema (top_k's ``k``, required).
 
     Bounds come from ``documents/models/<model>/config.json`` (the model search
     path: ``models``, ``CAUSALAB_MODELS``, the repository's ``documents/models``),

@@ -1,0 +1,1 @@
+"""An example causalab-mini extension (see plugin.py)."""
