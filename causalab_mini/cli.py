@@ -29,7 +29,8 @@ def _cmd_vocab(args) -> int:
     found = extensions.extensions()  # the installed ones loaded: their kinds are in the tables below
     if args.json:
         print(json.dumps({**vocab.as_json(), "extensions": {
-            n: {**e.record(), "metric_kinds": e.metric_kinds, "mechanisms": e.mechanisms, "error": e.error}
+            n: {**e.record(), "metric_kinds": e.metric_kinds, "mechanisms": e.mechanisms,
+                "featurizer_kinds": e.featurizer_kinds, "error": e.error}
             for n, e in sorted(found.items())}}, indent=1))
         return 0
     print(vocab.render())
@@ -37,7 +38,8 @@ def _cmd_vocab(args) -> int:
                                   "--plugin MODULE names one)" if not found else ""))
     for name, e in sorted(found.items()):
         where = f"{name} {e.version}" if e.version else f"{name} (module, not installed)"
-        gives = ", ".join([*(f"metric {k}" for k in e.metric_kinds), *(f"mechanism {m}" for m in e.mechanisms)])
+        gives = ", ".join([*(f"metric {k}" for k in e.metric_kinds), *(f"mechanism {m}" for m in e.mechanisms),
+                           *(f"featurizer {f}" for f in e.featurizer_kinds)])
         print(f"  {where}  from {e.module}: " + (f"BROKEN — {e.error}" if e.error else gives or "nothing"))
     return 0
 

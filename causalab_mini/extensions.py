@@ -1,4 +1,4 @@
-"""Extensions: a researcher's own metric kinds and mechanisms, found and registered through pluggy.
+"""Extensions: a researcher's own metric kinds, mechanisms and featurizer kinds, through pluggy.
 
 An extension is a module with hook implementations (``hookimpl``) of the specs below. It is found
 two ways: installed, as an entry point in the ``causalab_mini`` group of its distribution's
@@ -52,6 +52,11 @@ class Specs:
     def causalab_mini_mechanisms(self) -> list:
         """``vocab.Mechanism`` records with ``apply`` set and ``params`` a pydantic model class."""
 
+    @hookspec
+    def causalab_mini_featurizer_kinds(self) -> list:
+        """``vocab.FeaturizerKind`` records with ``make`` set (not trainable; see
+        ``vocab.register_featurizer_kind``)."""
+
 
 @dataclass
 class Extension:
@@ -62,6 +67,7 @@ class Extension:
     digest: Optional[str] = None  # sha256 over the module's source files
     metric_kinds: list = field(default_factory=list)
     mechanisms: list = field(default_factory=list)
+    featurizer_kinds: list = field(default_factory=list)
     error: Optional[str] = None  # why it is not usable
 
     def record(self) -> dict:
@@ -81,6 +87,10 @@ class _Builtin:
     @hookimpl
     def causalab_mini_mechanisms(self):
         return [m for m in vocab.MECHANISMS.values() if m.apply is None]
+
+    @hookimpl
+    def causalab_mini_featurizer_kinds(self):
+        return [f for f in vocab.FEATURIZERS.values() if f.make is None]
 
 
 _STATE: dict = {"manager": None, "extensions": {}, "discovered": False}
@@ -179,19 +189,20 @@ def _add(plugin, name: str, version: Optional[str], module: str) -> Extension:
     try:
         kinds = _records(pm, plugin, "causalab_mini_metric_kinds", metric_kinds.MetricKind, name)
         mechanisms = _records(pm, plugin, "causalab_mini_mechanisms", vocab.Mechanism, name)
+        featurizers = _records(pm, plugin, "causalab_mini_featurizer_kinds", vocab.FeaturizerKind, name)
         for kind in kinds:
             _check_compute(kind)
-        done_k, done_m = [], []
+        done = []  # (unregister, name): undone if a later record is refused
         try:
             for kind in kinds:
-                done_k.append(metric_kinds.register_metric(kind))
+                done.append((metric_kinds.unregister_metric, metric_kinds.register_metric(kind).name))
             for mech in mechanisms:
-                done_m.append(vocab.register_mechanism(mech))
+                done.append((vocab.unregister_mechanism, vocab.register_mechanism(mech).name))
+            for feat in featurizers:
+                done.append((vocab.unregister_featurizer_kind, vocab.register_featurizer_kind(feat).name))
         except Exception:
-            for kind in done_k:
-                metric_kinds.unregister_metric(kind.name)
-            for mech in done_m:
-                vocab.unregister_mechanism(mech.name)
+            for undo, registered in done:
+                undo(registered)
             raise
     except Exception as err:  # noqa: BLE001
         pm.unregister(plugin)
@@ -199,6 +210,7 @@ def _add(plugin, name: str, version: Optional[str], module: str) -> Extension:
         return ext
     ext.metric_kinds = [k.name for k in kinds]
     ext.mechanisms = [m.name for m in mechanisms]
+    ext.featurizer_kinds = [f.name for f in featurizers]
     return ext
 
 
@@ -263,7 +275,7 @@ def _digest(plugin) -> Optional[str]:
 
 def origin_of(kind: str, what: str) -> Optional[str]:
     """The distribution that registered metric kind or mechanism ``kind`` (None: built-in or unknown)."""
-    table = metric_kinds.METRICS if what == "metric" else vocab.MECHANISMS
+    table = {"metric": metric_kinds.METRICS, "mechanism": vocab.MECHANISMS, "featurizer": vocab.FEATURIZERS}[what]
     record = table.get(kind)
     return None if record is None or record.origin == BUILT_IN else record.origin
 
@@ -294,6 +306,7 @@ def used(spec) -> list[dict]:
     for iv in spec.interventions.values():
         names |= {origin_of(m.kind, "metric") for m in iv.metrics.values()}
         names |= {origin_of(w.mechanism, "mechanism") for w in iv.writes.values()}
+    names |= {origin_of(f.kind, "featurizer") for f in spec.featurizers.values()}
     names.discard(None)
     exts = _STATE["extensions"]
     return [exts[n].record() if n in exts else {"distribution": n, "version": None, "module": None,

@@ -97,6 +97,10 @@ class FeaturizerKind:
     mask: bool = False  # a mask over units: `<name>.mask` is an objective term, and a fit may anneal it
     declared: bool = True  # False for identity: what a read or write without a featurizer key uses
     doc: str = ""
+    # An extension's kind: make(d, k, tensors) -> a featurizer (featurize(x) -> (f, err),
+    # inverse(f, err, x) -> x'); None for a built-in (ops/featurizers.build makes those).
+    make: Optional[Callable] = field(default=None, repr=False, compare=False)
+    origin: str = "causalab-mini"
 
 
 _F = FeaturizerKind
@@ -114,8 +118,36 @@ FEATURIZERS: dict[str, FeaturizerKind] = {f.name: f for f in (
     _F("linear", False, "always", ("file_path", "k"), (), "k", "W_enc",
        doc="a linear dictionary (an SAE without the ReLU), SAELens tensor names"),
 )}
-# What a document's featurizer "kind" may say (identity is what omitting the key means).
+# What a document's featurizer "kind" may say (identity is what omitting the key means): the
+# built-ins; an extension's kinds join FEATURIZERS (register_featurizer_kind).
 FEATURIZER_KINDS = tuple(sorted(n for n, f in FEATURIZERS.items() if f.declared))
+
+
+def register_featurizer_kind(kind: FeaturizerKind) -> FeaturizerKind:
+    """Add an extension's featurizer kind. It is not trainable (a fit trains the built-ins' own
+    parameters), and it is built from a bundle (``loads="always"``: its tensors, ``tensor`` the one
+    whose first axis is the site's width) or from nothing (``"never"``: over the site's units)."""
+    if not kind.name or not kind.name.isidentifier() or kind.name in FEATURIZERS:
+        raise ValueError(f"featurizer kind {kind.name!r} is not a new identifier")
+    if not callable(kind.make):
+        raise ValueError(f"{kind.name}: make must be a function (d, k, tensors) -> featurizer")
+    if kind.trainable or kind.mask or not kind.declared:
+        raise ValueError(f"{kind.name}: an extension's featurizer kind is declared and not trainable")
+    if kind.loads == "always" and (kind.tensor is None or kind.params != ("file_path", "k")):
+        raise ValueError(f"{kind.name}: a kind built from a bundle names its tensor and takes params "
+                         "('file_path', 'k')")
+    if kind.loads == "never" and (kind.params or kind.space != "units"):
+        raise ValueError(f"{kind.name}: a kind built from nothing takes no params, over the site's units")
+    if kind.loads not in ("always", "never"):
+        raise ValueError(f"{kind.name}: loads is 'always' or 'never', got {kind.loads!r}")
+    FEATURIZERS[kind.name] = kind
+    return kind
+
+
+def unregister_featurizer_kind(name: str) -> FeaturizerKind:
+    if FEATURIZERS.get(name) is None or FEATURIZERS[name].make is None:
+        raise KeyError(f"featurizer kind {name!r} is not an extension's")
+    return FEATURIZERS.pop(name)
 TRAINABLE_KINDS = tuple(sorted(n for n, f in FEATURIZERS.items() if f.declared and f.trainable))
 
 
@@ -147,11 +179,13 @@ def render() -> str:
                            for k, p in _params_json(m).items())
         origin = "" if m.apply is None else f"  [{m.origin}]"
         lines.append(f"  {m.name:<12} operand={'yes' if m.operand else 'no ':<3}  params=({params})  {m.doc}{origin}")
-    lines.append("featurizer kinds: " + ", ".join(FEATURIZER_KINDS) + " (plus 'identity', never declared)")
+    declared = sorted(n for n, f in FEATURIZERS.items() if f.declared)
+    lines.append("featurizer kinds: " + ", ".join(declared) + " (plus 'identity', never declared)")
     for f in FEATURIZERS.values():
         params = f"({', '.join(f.params)})"
+        origin = "" if f.make is None else f"  [{f.origin}]"
         lines.append(f"  {f.name:<9} trainable={'yes' if f.trainable else 'no ':<3}  file_path={f.loads:<8}  "
-                     f"params={params:<22} {f.doc}")
+                     f"params={params:<22} {f.doc}{origin}")
     lines.append("metric kinds:     " + ", ".join(_metric_signature(m) for _, m in sorted(METRICS.items())))
     for m in sorted((m for m in METRICS.values() if m.origin != "causalab-mini"), key=lambda m: m.name):
         lines.append(f"  {_metric_signature(m)}  [{m.origin}]  {m.doc.splitlines()[0] if m.doc else ''}")

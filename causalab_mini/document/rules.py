@@ -61,6 +61,9 @@ def _check_extensions_named(spec: "Spec") -> None:
                 for n, m in iv.metrics.items()]
         uses += [(f"interventions.{iname}.writes.{n}.mechanism", w.mechanism, origin_of(w.mechanism, "mechanism"))
                  for n, w in iv.writes.items()]
+        if iname == next(iter(spec.interventions)):
+            uses += [(f"featurizers.{n}.kind", f.kind, origin_of(f.kind, "featurizer"))
+                     for n, f in spec.featurizers.items()]
         for where, kind, origin in uses:
             if origin is not None and origin not in named:
                 raise DocumentError(where, f"{kind!r} comes from the extension {origin!r}, which the "

@@ -23,7 +23,7 @@ from .. import formats, names
 from ..errors import CausalabError, DocumentError
 from ..jsontext import array_as_tuple
 from ..shapes import Where
-from ..vocab import (COMPONENTS, DTYPES, FEATURIZER_KINDS, FEATURIZERS, MECHANISMS, METRICS, REDUCTIONS,
+from ..vocab import (COMPONENTS, DTYPES, FEATURIZERS, MECHANISMS, METRICS, REDUCTIONS,
                      check_params)
 from ..metric_kinds import READ_SLOTS, check_params as check_metric_params
 from ..suggest import HintedValueError, did_you_mean
@@ -192,8 +192,28 @@ class Site(_Strict):
         return self.layers[0] if self.layers else None
 
 
+def _live_enum(table: dict, declared_only: bool = False):
+    """A field's JSON-schema enum read from a live registry when the schema is made, so
+    ``causalab-mini schema`` lists an installed extension's kinds too."""
+    def extra(schema: dict) -> None:
+        schema["enum"] = sorted(n for n, r in table.items() if not declared_only or r.declared)
+    return extra
+
+
+def _featurizer_kind(value: Any) -> Any:
+    """A declared featurizer kind from the live vocabulary (an extension's included)."""
+    kinds = sorted(n for n, f in FEATURIZERS.items() if f.declared)
+    if isinstance(value, str) and value not in kinds:
+        raise HintedValueError(f"unknown featurizer kind {value!r}; one of {', '.join(kinds)}",
+                               did_you_mean(value, kinds) or "list them with `causalab-mini vocab`; "
+                               "one an extension provides needs that extension installed")
+    return value
+
+
 class Featurizer(_Strict):
-    kind: Literal[tuple(FEATURIZER_KINDS)]  # type: ignore[valid-type]
+    kind: Annotated[str, AfterValidator(_featurizer_kind)] = Field(
+        description="A featurizer kind: `causalab-mini vocab` lists the built-in ones and installed extensions'.",
+        json_schema_extra=_live_enum(FEATURIZERS, declared_only=True))
     site: str
     k: Optional[int] = Field(None, ge=1)
     seed: int = Field(0, ge=0, lt=2**63)  # torch's generator takes a 64-bit seed
@@ -272,7 +292,8 @@ class Write(_Strict):
     site: str
     pos: Position
     mechanism: Annotated[str, AfterValidator(_mechanism)] = Field(
-        description="A mechanism: `causalab-mini vocab` lists the built-in ones and installed extensions'.")
+        description="A mechanism: `causalab-mini vocab` lists the built-in ones and installed extensions'.",
+        json_schema_extra=_live_enum(MECHANISMS))
     # validate_default: a missing operand or parameter is refused at its own field's path.
     operand: Optional[Operand] = Field(None, validate_default=True)
     # Numbers for the built-ins (checked by vocab.check_params); an extension's schema may take more.
@@ -344,7 +365,8 @@ def _metric_kind(value: Any) -> Any:
 
 class MetricDef(_Strict):
     kind: Annotated[str, AfterValidator(_metric_kind)] = Field(
-        description="A metric kind: `causalab-mini vocab` lists the built-in kinds and installed extensions'.")
+        description="A metric kind: `causalab-mini vocab` lists the built-in kinds and installed extensions'.",
+        json_schema_extra=_live_enum(METRICS))
     of: str
     # validate_default: a column the kind needs and the document omits is refused at its own path.
     expected: Optional[str] = Field(None, validate_default=True)

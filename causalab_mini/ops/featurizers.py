@@ -297,6 +297,11 @@ def build(kind: str, d: int, k: Optional[int], *, seed: int = 0, start: Optional
     tests/test_featurizer_kinds.py holds that record to what this builds.
     """
     t = tensors or {}
+    from ..vocab import FEATURIZERS
+
+    record = FEATURIZERS.get(kind)
+    if record is not None and record.make is not None:
+        return _extension(record, d, k, t)
     if kind == "subspace":
         return Subspace(d, k, seed=seed, weight=t.get("weight"))
     if kind == "gate":
@@ -306,3 +311,21 @@ def build(kind: str, d: int, k: Optional[int], *, seed: int = 0, start: Optional
     if kind in ("sae", "linear"):  # one class, two activations (Dictionary.encode)
         return Dictionary(kind, _loaded(kind, t, "W_enc"), t.get("b_enc"), t.get("W_dec"), t.get("b_dec"))
     raise ValueError(f"unknown featurizer kind {kind!r}")
+
+
+def _extension(record, d: int, k: Optional[int], tensors: dict):
+    """An extension's featurizer, made by its own function and held to the protocol the walk uses:
+    what it returns is checked once, here, for the two methods; their outputs are checked where a
+    write uses them (``apply_write``: the inverse's shape)."""
+    from ..errors import EngineError
+
+    whose = f"featurizer kind {record.name!r} (registered by {record.origin})"
+    try:
+        made = record.make(d, k, tensors)
+    except Exception as err:  # noqa: BLE001 — the extension's own failure, by name
+        raise EngineError(f"featurizers.{record.name}", f"{whose} raised {type(err).__name__}: {err}",
+                          f"fix or upgrade {record.origin}") from None
+    if not (callable(getattr(made, "featurize", None)) and callable(getattr(made, "inverse", None))):
+        raise EngineError(f"featurizers.{record.name}", f"{whose} made {type(made).__name__}, which has no "
+                          "featurize(x) and inverse(f, err, x)", f"fix or upgrade {record.origin}")
+    return made
