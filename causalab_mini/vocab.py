@@ -71,10 +71,16 @@ def register_mechanism(mechanism: Mechanism) -> Mechanism:
 
 
 def unregister_mechanism(name: str) -> Mechanism:
-    """Take an extension's mechanism out (a test's cleanup); the built-ins stay."""
-    if MECHANISMS.get(name) is None or MECHANISMS[name].apply is None:
-        raise KeyError(f"mechanism {name!r} is not an extension's")
-    return MECHANISMS.pop(name)
+    """Take an extension's mechanism out (a test's cleanup, a failed load undone)."""
+    return _unregister(MECHANISMS, name, "mechanism", "apply")
+
+
+def _unregister(table: dict, name: str, what: str, own: str):
+    """Remove an extension's record from ``table``: one whose ``own`` function is set; the
+    built-ins (without one) stay."""
+    if getattr(table.get(name), own, None) is None:
+        raise KeyError(f"{what} {name!r} is not an extension's")
+    return table.pop(name)
 
 
 @dataclass(frozen=True)
@@ -145,9 +151,10 @@ def register_featurizer_kind(kind: FeaturizerKind) -> FeaturizerKind:
 
 
 def unregister_featurizer_kind(name: str) -> FeaturizerKind:
-    if FEATURIZERS.get(name) is None or FEATURIZERS[name].make is None:
-        raise KeyError(f"featurizer kind {name!r} is not an extension's")
-    return FEATURIZERS.pop(name)
+    """Take an extension's featurizer kind out (a test's cleanup, a failed load undone)."""
+    return _unregister(FEATURIZERS, name, "featurizer kind", "make")
+
+
 TRAINABLE_KINDS = tuple(sorted(n for n, f in FEATURIZERS.items() if f.declared and f.trainable))
 
 

@@ -64,7 +64,10 @@ def test_vocab_json_parses():
     assert sorted(data["mechanisms"]) == list(MECHANISMS)
     assert data["mechanisms"]["lerp"]["params"]["t"]["required"] is True
     assert data["components"]["attention_z"]["selector"] == "heads"
-    assert set(data["metric_kinds"]) == {"match", "logit_diff", "cross_entropy", "token_logit", "token_prob"}
+    assert set(data["metric_kinds"]) == {"match", "logit_diff", "cross_entropy", "token_logit", "token_prob",
+                                         "prob_diff", "token_rank", "top_k", "kl_div", "normalized_effect"}
+    assert data["metric_kinds"]["kl_div"]["reads"] == ["reference"]
+    assert data["metric_kinds"]["top_k"]["params"] == ["k"]
     from causalab_mini.layouts import FAMILIES
 
     assert data["model_families"] == sorted(FAMILIES) and {"llama", "gpt2", "bloom", "opt"} <= set(FAMILIES)

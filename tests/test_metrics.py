@@ -8,7 +8,8 @@ import torch
 
 from causalab_mini import vocab
 from causalab_mini.errors import EngineError
-from causalab_mini.ops.metrics import score, squeeze_positions
+from causalab_mini.metric_kinds import check_params
+from causalab_mini.ops.metrics import score, scored, squeeze_positions
 
 ROWS = [[2.0, 0.5, -1.0, 3.0], [0.0, 0.0, 1.0, -2.0], [5.0, 4.0, 4.5, 1.0]]
 LOGITS = torch.tensor(ROWS)
@@ -68,14 +69,26 @@ def test_gradients_flow_through_logit_diff():
     assert torch.equal(lg.grad, expected)
 
 
+# Other reads a kind may compare the scored one with, each unlike it and unlike the others (so a
+# normalized effect's denominator is not zero), and the params a kind's schema requires.
+OTHER_READS = {"reference": LOGITS.flip(-1), "base": LOGITS.roll(1, dims=-1), "counterfactual": 2 * LOGITS.flip(0)}
+REQUIRED_PARAMS = {"top_k": {"k": 2}}
+
+
 def test_gradients_flow_through_every_differentiable_kind():
     for kind, metric in vocab.METRICS.items():
         if not metric.differentiable:
             continue
         lg = LOGITS.clone().requires_grad_(True)
-        cols = tuple(ids(0, 1, 2) for _ in vocab.COLUMNS[kind])
-        out = score(kind, lg, cols)
+        # Each column a different id per row, and the columns different from each other.
+        cols = tuple(ids(*((r + c) % 4 for r in range(3))) for c in range(len(vocab.COLUMNS[kind])))
+        reads = {slot: OTHER_READS[slot] for slot in metric.reads}
+        params = check_params(metric, REQUIRED_PARAMS.get(kind, {}))
+        out, defined = scored(kind, lg, cols, reads=reads, params=params)
         assert out.requires_grad, kind
+        assert defined is None or bool(defined.all()), kind
+        out.sum().backward()
+        assert lg.grad is not None and bool(lg.grad.abs().sum() > 0), kind  # reaches the scored read
 
 
 def test_column_count_is_checked_against_vocab():

@@ -478,9 +478,11 @@ def test_model_bounds_and_prompt_lengths_agree_with_the_engine(facts):
 def test_importing_the_strategies_imports_no_torch():
     # A property-test module pays only for what it draws. Imported first of all, before
     # hypothesis (whose entry point then registers the profile), it must also import cleanly.
+    # pydantic is not counted: the metric registry (vocab.METRICS, which the document strategies
+    # draw kinds from) holds each kind's params schema as a pydantic model.
     code = ("import sys, pytest_causalab.strategies; "
             "assert 'pytest_causalab.hypothesis_profile' in sys.modules, 'the entry point did not load'; "
-            "heavy = [m for m in ('torch', 'transformers', 'pydantic', 'tokenizers') if m in sys.modules]; "
+            "heavy = [m for m in ('torch', 'transformers', 'tokenizers') if m in sys.modules]; "
             "assert not heavy, heavy; "
             "from hypothesis import settings; settings.get_profile('causalab')")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)

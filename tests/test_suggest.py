@@ -166,7 +166,7 @@ E2E = [
     pytest.param(_set(f"{IV}.writes.patch.mechanism", "swpa"), "validate", f"{IV}.writes.patch.mechanism",
                  "Input should be 'swap'", "did you mean 'swap'? use one of the values listed", id="mechanism"),
     pytest.param(_set(f"{IV}.metrics.iia.kind", "mach"), "validate", f"{IV}.metrics.iia.kind",
-                 "Input should be 'match'", "did you mean 'match'? use one of the values listed", id="metric-kind"),
+                 "unknown metric kind 'mach'; one of ", "did you mean 'match'?", id="metric-kind"),
     pytest.param(_add_featurizer("subspce"), "validate", "featurizers.rot.kind",
                  "Input should be 'gate'", "did you mean 'subspace'? use one of the values listed",
                  id="featurizer-kind"),
