@@ -402,13 +402,13 @@ class MetricDef(_Strict):
         what = "read" if info.field_name in READ_SLOTS else "column"
         spelled = ", ".join(f'"{c}": <{what}>' for c in slots)
         if info.field_name in slots and value is None:
-            raise ValueError(f"{kind} names the {what}(s) {list(slots)}; missing "
-                             f"{info.field_name!r} — write {{{spelled}}}")
+            raise HintedValueError(f"{kind} names the {what}(s) {list(slots)}; missing {info.field_name!r}",
+                                   f"write {{{spelled}}}")
         if info.field_name not in slots and value is not None:
             owners = [k for k, m in METRICS.items() if info.field_name in (*m.columns, *m.reads)]
             takes = f"the {what}(s) {list(slots)}" if slots else f"no {what}"
-            raise ValueError(f"{kind} names {takes}; {info.field_name!r} belongs to "
-                             f"{', '.join(owners)}" + (f" — write {{{spelled}}}" if slots else " — remove it"))
+            raise HintedValueError(f"{kind} names {takes}; {info.field_name!r} belongs to {', '.join(owners)}",
+                                   f"write {{{spelled}}}" if slots else f"remove {info.field_name!r}")
         return value
 
     @field_validator("params")
