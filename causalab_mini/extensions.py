@@ -151,6 +151,9 @@ def use(plugins: Iterable[Union[str, ModuleType]]) -> list[Extension]:
                                      "check the module's name, and that its folder is on sys.path "
                                      "(or install its distribution)") from None
         name, version = _distribution_of(plugin.__name__) or (label, None)
+        if name in _STATE["extensions"]:  # its distribution is installed and already loaded
+            loaded.append(_usable(_STATE["extensions"][name]))
+            continue
         loaded.append(_usable(_add(plugin, name, version, label)))
     return loaded
 
@@ -185,6 +188,13 @@ def _add(plugin, name: str, version: Optional[str], module: str) -> Extension:
         pm.register(plugin, name=f"{name}:{module}")
     except Exception as err:  # noqa: BLE001 — a wrong hook name or signature
         ext.error = f"is not a causalab_mini plugin: {err}"
+        return ext
+    # pluggy keeps a hook it does not know pending, silently: a misspelt hook would load nothing.
+    unknown = sorted(n for n in dir(plugin) if n.startswith("causalab_mini_") and not hasattr(Specs, n))
+    if unknown:
+        pm.unregister(plugin)
+        ext.error = (f"is not a causalab_mini plugin: unknown hook(s) {unknown}; the hooks are "
+                     f"{sorted(n for n in vars(Specs) if n.startswith('causalab_mini_'))}")
         return ext
     try:
         kinds = _records(pm, plugin, "causalab_mini_metric_kinds", metric_kinds.MetricKind, name)

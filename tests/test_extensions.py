@@ -415,6 +415,9 @@ AT_LOAD = {
                       "extensions.broken_record", "causalab_mini_metric_kinds returned dict, not MetricKind"),
     "broken_hook_args": (HEAD + "\n@hookimpl\ndef causalab_mini_metric_kinds(registry):\n    return []\n",
                          "extensions.broken_hook_args", "is not a causalab_mini plugin"),
+    # pluggy would keep a misspelt hook pending and load nothing, silently
+    "broken_hook_name": (HEAD + "\n@hookimpl\ndef causalab_mini_metric_kind():\n    return []\n",
+                         "extensions.broken_hook_name", "unknown hook(s) ['causalab_mini_metric_kind']"),
 }
 # Refused when they score or write: module -> (source, metric kind or mechanism, path, says)
 AT_RUN = {

@@ -68,7 +68,7 @@ def _check_extensions_named(spec: "Spec") -> None:
             if origin is not None and origin not in named:
                 raise DocumentError(where, f"{kind!r} comes from the extension {origin!r}, which the "
                                     "document does not name",
-                                    f"add \"extensions\": {sorted(named | {origin})} to the document")
+                                    f"add \"extensions\": {json.dumps(sorted(named | {origin}))} to the document")
 
 
 def _check_save_paths(spec: "Spec") -> None:
