@@ -49,6 +49,14 @@ READ_SLOTS = ("reference", "base", "counterfactual")
 
 BUILT_IN = "causalab-mini"  # the origin of the project's own kinds
 
+# The kinds a whole answer can be scored by ("score": "sequence"), and what each then measures,
+# from the answer's teacher-forced token log-probabilities (ops/metrics.score_sequence):
+# cross_entropy −Σ log p; token_prob exp(Σ log p), the answer's probability; logit_diff
+# Σ log p(a) − Σ log p(b), a log-probability difference; match, every forced token the argmax.
+# Per token ("per_token": "mean"): the same with the mean in place of the sum.
+SEQUENCE_KINDS = ("cross_entropy", "token_prob", "logit_diff", "match")
+SEQUENCE_UNITS = {"cross_entropy": "nats", "token_prob": "probability", "logit_diff": "nats", "match": "fraction"}
+
 
 class Params(BaseModel):
     """The base of a kind's parameter schema: strict, closed, frozen (a parameter is part of the

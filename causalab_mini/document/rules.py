@@ -195,6 +195,14 @@ def _check_intervention(spec: "Spec", path: str, iv: "Intervention") -> None:
             if read.featurizer is not None:
                 raise DocumentError(f"{mp}.{field}", f"read {op!r} goes through featurizer "
                                     f"{read.featurizer!r}; a metric scores logits", "drop the featurizer")
+        if metric.score == "sequence":
+            read = iv.reads[metric.of]
+            if (read.pos.index != -1 or read.pos.scope is not None or read.pos.frame != "prompt"
+                    or iv.decode is not None):
+                raise DocumentError(f"{mp}.score", f"a whole answer is scored after the prompt, and read "
+                                    f"{metric.of!r} is at {read.pos.spelling()}"
+                                    + (" of a pass that decodes" if iv.decode is not None else ""),
+                                    "read the prompt's last token (\"pos\": -1) of a pass without decode")
         for field, op in metric.compared_reads:
             if op == metric.of:
                 raise DocumentError(f"{mp}.{field}", f"{field} is the read this metric scores ({op!r}): "

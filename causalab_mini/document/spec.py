@@ -25,7 +25,7 @@ from ..jsontext import array_as_tuple
 from ..shapes import Where
 from ..vocab import (COMPONENTS, DTYPES, FEATURIZERS, MECHANISMS, METRICS, REDUCTIONS,
                      check_params)
-from ..metric_kinds import READ_SLOTS, check_params as check_metric_params
+from ..metric_kinds import READ_SLOTS, SEQUENCE_KINDS, check_params as check_metric_params
 from ..suggest import HintedValueError, did_you_mean
 from .errors import document_error
 from .expect import Expectation
@@ -385,6 +385,14 @@ class MetricDef(_Strict):
                                    description="The kind's parameters (top_k's k, normalized_effect's "
                                    "measure); defaults are written out.")
     token_form: Literal["space_prefixed"] = "space_prefixed"
+    # How an answer of several tokens is scored: by its first token, or whole — teacher-forced
+    # after the prompt under the same writes, its tokens' log-probabilities summed (or averaged).
+    score: Literal["first_token", "sequence"] = Field(
+        "first_token", description="first_token: an answer's first token; sequence: the whole answer, "
+        "teacher-forced (cross_entropy, token_prob, logit_diff and match).")
+    per_token: Literal["sum", "mean"] = Field(
+        "sum", description="score: sequence: the answer's log-probability summed over its tokens, or "
+        "their mean per token.")
     # A column whose answer this metric's must not share a scored token with: a row where they
     # do compares a token with itself and is excluded (answers_share_token). logit_diff's a and
     # b are always held apart; a match on a read a logit_diff also scores takes that contrast.
@@ -410,6 +418,20 @@ class MetricDef(_Strict):
             raise HintedValueError(f"{kind} names {takes}; {info.field_name!r} belongs to {', '.join(owners)}",
                                    f"write {{{spelled}}}" if slots else f"remove {info.field_name!r}")
         return value
+
+    @model_validator(mode="after")
+    def _sequence(self) -> "MetricDef":
+        if self.score == "first_token" and self.per_token != "sum":
+            raise HintedValueError("per_token is how a whole answer's tokens combine, and this metric "
+                                   "scores the first token", 'add "score": "sequence", or remove per_token')
+        if self.score == "sequence" and self.kind not in SEQUENCE_KINDS:
+            raise HintedValueError(f"{self.kind} scores one token per row; a whole answer is scored by "
+                                   f"{', '.join(SEQUENCE_KINDS)}",
+                                   'use one of those, or remove "score": "sequence"')
+        if self.score == "sequence" and self.distinct_from is not None:
+            raise HintedValueError("distinct_from holds first tokens apart; a whole answer is compared "
+                                   "whole", "remove distinct_from")
+        return self
 
     @field_validator("params")
     @classmethod
@@ -588,6 +610,9 @@ class Spec(_Strict):
                 for later in ("distinct_from", "reference", "base", "counterfactual"):
                     if metric.get(later) is None:
                         metric.pop(later, None)
+                if metric.get("score") == "first_token" and metric.get("per_token") == "sum":
+                    metric.pop("score", None)
+                    metric.pop("per_token", None)
                 if not metric.get("params"):
                     metric.pop("params", None)
         return out

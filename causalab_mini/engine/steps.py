@@ -18,7 +18,7 @@ from ..ops import intervene, locate, metrics as metric_ops, reduce
 from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Shared, Weights, WriteOp
 from . import at_once as at_once_mod
 from . import fit as fitting
-from . import progress
+from . import progress, taps
 
 # The names callers know (``with steps.reporting(callback):``); they live in progress.py.
 reporting = progress.reporting
@@ -213,6 +213,11 @@ def resolve(engine, forwards: tuple[Forward, ...], *, anchored: Optional[bool] =
         # continuation is placed after the decode (``place_continuation``): nothing to resolve yet.
         entries = [(op.name, found[op.name][0], op.where.ragged) if op.where.frame == "prompt"
                    else (op.name, (), op.where.ragged) for op in _ops(f)]
+        if f.forced is not None:
+            # The scored read of a teacher-forced forward: every position that predicts an
+            # answer token, a row's as many as its answer has (flat).
+            entries = [(n, taps.forced_window(f), True) if n == f.forced_read else (n, w, r)
+                       for n, w, r in entries]
         resolved.append(replace(f, windows=tuple(entries)))
     _check_operands(tuple(resolved), lent or {})
     return tuple(resolved), record
@@ -318,6 +323,7 @@ def _stop_ids(tokenizer) -> set:
 
 def _slice_forward(forward: Forward, a: int, b: int) -> Forward:
     return replace(forward, ids=forward.ids[a:b], mask=forward.mask[a:b], texts=forward.texts[a:b],
+                   forced=forward.forced[a:b] if forward.forced is not None else None,
                    segments=forward.segments[a:b] if forward.segments else None,
                    windows=tuple((n, w[a:b], r) for n, w, r in forward.windows))
 
@@ -415,11 +421,15 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
             raise EngineError(m.name, "no row survives both halves of eligibility (a value in every "
                               "column, and a position the run could place): a metric of nothing has "
                               "no mean", "check the answer columns and the read's position")
-        logits = _scored_rows(values[m.of], *windows[m.of], rows, m.name)
-        others = {slot: _scored_rows(values[op], *windows[op], rows, f"{m.name}.{slot}") for slot, op in m.reads}
-        ids = [torch.tensor([col[i] for i, ok in enumerate(rows) if ok], dtype=torch.long)
-               for col in m.token_ids]
-        value, defined = metric_ops.scored(m.kind, logits, ids, reads=others, params=dict(m.params), path=m.name)
+        if m.sequence is not None:
+            value, defined = _whole_answers(m, values, windows, rows), None
+        else:
+            logits = _scored_rows(values[m.of], *windows[m.of], rows, m.name)
+            others = {slot: _scored_rows(values[op], *windows[op], rows, f"{m.name}.{slot}") for slot, op in m.reads}
+            ids = [torch.tensor([col[i] for i, ok in enumerate(rows) if ok], dtype=torch.long)
+                   for col in m.token_ids]
+            value, defined = metric_ops.scored(m.kind, logits, ids, reads=others, params=dict(m.params),
+                                               path=m.name)
         if defined is not None and not bool(defined.all()):
             # The kind left some rows undefined (a zero denominator): out of the scored set, with
             # its reason, exactly as a row without an answer is.
@@ -461,6 +471,18 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
         state.outputs[out.name] = published
         obs.results[out.name] = published.value.detach().cpu()
     return scored if live else {}
+
+
+def _whole_answers(m, values: dict, windows: dict, rows: tuple):
+    """A whole-answer metric's values at the scored rows: per answer column, each row's logits at
+    the positions of its teacher-forced forward that predict the answer's tokens, and those tokens."""
+    columns = []
+    for k, name in enumerate(m.forced_reads):
+        window, _ = windows[name]
+        segments = torch.split(values[name], [len(w) for w in window])
+        columns.append(([segments[i] for i, ok in enumerate(rows) if ok],
+                        [torch.tensor(m.pieces[k][i], dtype=torch.long) for i, ok in enumerate(rows) if ok]))
+    return metric_ops.score_sequence(m.kind, columns, m.sequence, path=m.name).to(torch.float32)
 
 
 def _scored_rows(value, window, ragged: bool, rows: tuple, path: str):

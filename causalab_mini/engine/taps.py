@@ -180,6 +180,31 @@ def logit_projection(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], 
     return project
 
 
+def forced_rows(forward: Forward) -> tuple[list, list]:
+    """A teacher-forced forward's (ids, mask): each row's answer tokens after its whole padded
+    prompt, then padding (id 0, masked) to the longest answer. The prompt keeps its columns, so the
+    windows resolved against it hold; a causal model's prompt positions do not see what follows,
+    and the position ids (counted over the mask) run on from the prompt's last real token."""
+    longest = max((len(a) for a in forward.forced), default=0)
+    ids, mask = [], []
+    for row, m, answer in zip(forward.ids, forward.mask, forward.forced):
+        pad = longest - len(answer)
+        ids.append(list(row) + list(answer) + [0] * pad)
+        mask.append(list(m) + [1] * len(answer) + [0] * pad)
+    return ids, mask
+
+
+def forced_window(forward: Forward) -> tuple[tuple[int, ...], ...]:
+    """Per row, the positions whose logits predict the forced answer's tokens: the prompt's last
+    real token, then each forced token but the last (none for a row without an answer)."""
+    width = len(forward.ids[0]) if forward.ids else 0
+    out = []
+    for m, answer in zip(forward.mask, forward.forced):
+        last = max(i for i, v in enumerate(m) if v) if any(m) else width - 1
+        out.append((last, *range(width, width + len(answer) - 1)) if answer else ())
+    return tuple(out)
+
+
 def model_inputs(forward: Forward, device) -> dict:
     """The keyword arguments of one forward's model call — the same on both engines.
 
@@ -190,7 +215,10 @@ def model_inputs(forward: Forward, device) -> dict:
     one forward has nothing to reuse, and on Gemma-2 building one takes another mask path
     whose logits are ~2e-6 away — both engines (and a reference) must make the same call.
     """
-    ids = torch.tensor(forward.ids, dtype=torch.long, device=device)
-    mask = torch.tensor(forward.mask, dtype=torch.long, device=device)
+    rows, masks = forward.ids, forward.mask
+    if forward.forced is not None:
+        rows, masks = forced_rows(forward)
+    ids = torch.tensor(rows, dtype=torch.long, device=device)
+    mask = torch.tensor(masks, dtype=torch.long, device=device)
     return {"input_ids": ids, "attention_mask": mask,
             "position_ids": (mask.cumsum(-1) - 1).clamp(min=0), "use_cache": False}

@@ -114,3 +114,42 @@ def scored(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, reads: Opt
                           "defined) with an excludes reason" if record.origin != BUILT_IN else
                           "check the model's dtype (fp16 overflows) and its logits")
     return values, defined
+
+
+def score_sequence(kind: str, columns: Sequence[tuple[Sequence[Tensor], Sequence[Tensor]]], per_token: str,
+                   *, path: str = "") -> Tensor:
+    """One float32 value per row for a whole-answer metric (``"score": "sequence"``).
+
+    ``columns``: per answer column of the kind (its ``columns`` order), per scored row, the logits
+    ``(L, vocab)`` at the positions that predict the answer's ``L`` tokens (teacher-forced) and
+    those ``L`` token ids. Each row's answer log-probability is the sum of its tokens' (or their
+    mean, ``per_token="mean"``); the kind then says what is reported (metric_kinds.SEQUENCE_KINDS).
+    """
+    from ..metric_kinds import SEQUENCE_KINDS
+
+    if kind not in SEQUENCE_KINDS:
+        raise EngineError(path, f"{kind} does not score whole answers", _SEE_PLAN)
+    reduce = (lambda x: x.sum()) if per_token == "sum" else (lambda x: x.mean())
+    combined = []
+    with exact():
+        for segments, answers in columns:
+            row_values = []
+            for logits, ids in zip(segments, answers):
+                ids = ids.to(device=logits.device, dtype=torch.long)
+                if logits.dim() != 2 or logits.shape[0] != ids.shape[0] or not len(ids):
+                    raise EngineError(path, f"{kind}: a forced answer of {len(ids)} token(s) has logits "
+                                      f"{tuple(logits.shape)}", _SEE_PLAN)
+                logits = logits.to(torch.float32)
+                if kind == "match":  # every forced token the model's own choice (mean: the share that is)
+                    hits = (logits.argmax(dim=-1) == ids).float()
+                    row_values.append(hits.min() if per_token == "sum" else hits.mean())
+                else:
+                    row_values.append(reduce(logits.log_softmax(dim=-1).gather(-1, ids[:, None]).squeeze(-1)))
+            combined.append(torch.stack(row_values) if row_values else torch.zeros(0))
+    if kind == "cross_entropy":
+        return -combined[0]
+    if kind == "token_prob":
+        return combined[0].exp()
+    if kind == "logit_diff":
+        return combined[0] - combined[1]
+    return combined[0]  # match

@@ -87,6 +87,12 @@ class Forward:
     segments: Optional[tuple[dict, ...]]  # per row: chat turn name -> (start, end) character span
     decode: Optional[int]
     taps: tuple[Tap, ...]
+    # A teacher-forced forward (a metric scoring whole answers): per row, the answer's tokens put
+    # after the prompt (none: a row without an answer). Positions still resolve against the prompt
+    # (ids, mask), so a write at -1 acts on the prompt's last token; ``forced_read`` is read at the
+    # prompt's last token and each forced token but the last — the positions that predict them.
+    forced: Optional[tuple[tuple[int, ...], ...]] = None
+    forced_read: Optional[str] = None
     # Filled by the walk, never by the compiler: op name -> (window per row, ragged).
     # Positions are resolved where the model is, against the engine's tokenizer.
     windows: tuple = ()
@@ -139,11 +145,17 @@ class Metric:
     reads: tuple[tuple[str, str], ...] = ()
     params: tuple[tuple[str, Any], ...] = ()  # the kind's parameters, defaults filled (sorted by name)
     excludes: str = ""  # the reason a row the kind leaves undefined is given
+    # "sum" / "mean": whole answers scored (score: sequence), from the forced reads — per own
+    # column, the read of the teacher-forced forward its answers were put after.
+    sequence: Optional[str] = None
+    forced_reads: tuple[str, ...] = ()
 
     @property
     def partial(self) -> int:
         """Eligible rows scored on the first of an answer's several tokens (the metric's own
         answers; a contrast is only compared by its first)."""
+        if self.sequence is not None:
+            return 0  # every token of every answer is scored
         own = self.pieces[:len(self.token_ids)]
         return sum(1 for r, ok in enumerate(self.column_eligible)
                    if ok and any(p[r] is not None and len(p[r]) > 1 for p in own))
