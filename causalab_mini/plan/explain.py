@@ -31,6 +31,11 @@ def _op_line(op, decode) -> str:
 
 def _forward_lines(f: Forward, indent: str, show=None) -> list[str]:
     decode = f"  decode={f.decode}" if f.decode else ""
+    if f.forced is not None:
+        lengths = [len(a) for a in f.forced if a]
+        column = (f.forced_read or "").partition("~")[2]
+        decode += (f"  + {column!r} teacher-forced ({min(lengths, default=0)}–{max(lengths, default=0)} "
+                   f"tokens; positions of the prompt)")
     lines = [f"{indent}forward {f.model!r} on {f.input!r}  ({f.rows} rows x {f.tokens} tokens){decode}"]
     for tap in f.taps:
         lines += [f"{indent}  {_op_line(op, f.decode)}" for op in (*tap.writes, *tap.reads)]
