@@ -42,7 +42,7 @@ def stackable(point: Plan) -> Optional[Observe]:
 
 def _shape(obs: Observe) -> tuple:
     """What two stacked points must agree on: the same passes over the same prompts."""
-    return tuple((f.model, f.input, f.ids, f.mask) for f in obs.forwards) + (obs.rows,)
+    return tuple((f.model, f.input, f.ids, f.mask, f.forced) for f in obs.forwards) + (obs.rows,)
 
 
 def groups(points: list[tuple[str, Plan]], at_once: int, rows_allowed: Optional[int]) -> list[list]:
@@ -84,6 +84,7 @@ def stack(forwards: list[tuple[str, Forward]], rows: int) -> Forward:
     k = len(forwards)
     return replace(first, ids=first.ids * k, mask=first.mask * k, texts=first.texts * k,
                    segments=first.segments * k if first.segments else None, taps=group_taps(ops),
+                   forced=first.forced * k if first.forced is not None else None,
                    windows=tuple(windows))
 
 
