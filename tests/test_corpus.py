@@ -132,6 +132,7 @@ EXPECTED_POINTS = {
     "neuron_patching": ["units=[0,1,2,3]", "units=[4,5,6,7]", "units=[8,9,10,11]"],
     "logit_lens": ["layers=0", "layers=1"],
     "effect_metrics": ["layers=0", "layers=1"],
+    "whole_answer": ["layers=0", "layers=1"],
     "logit_lens_gemma2": ["layers=0", "layers=1"],
     "layer_pos_sweep": ["layers=0,pos=-4", "layers=0,pos=-3", "layers=0,pos=-1",
                         "layers=1,pos=-4", "layers=1,pos=-3", "layers=1,pos=-1"],
