@@ -592,3 +592,64 @@ def test_an_installed_extension_that_does_not_import_is_refused_by_name(margin, 
     broken = [line for line in done.stdout.splitlines() if BROKEN_DIST in line]
     assert len(broken) == 1 and "BROKEN" in broken[0] and "does not import" in broken[0], done.stdout
     assert any(line.strip().startswith(f"{DIST} {VERSION}") for line in done.stdout.splitlines())
+
+
+FEATURIZER_MODULE = HEAD + textwrap.dedent('''
+    from causalab_mini.vocab import FeaturizerKind
+
+
+    class Doubled:
+        """Features twice the activation; the inverse halves them back (exact in binary floats)."""
+
+        def featurize(self, x):
+            return x * 2.0, None
+
+        def inverse(self, f, err, x):
+            return f * 0.5
+
+
+    @hookimpl
+    def causalab_mini_featurizer_kinds():
+        return [FeaturizerKind("doubled", trainable=False, loads="never", params=(), needs_without_file=(),
+                               space="units", tensor=None, make=lambda d, k, tensors: Doubled(),
+                               doc="2x, and back")]
+    ''')
+
+
+def test_an_extension_featurizer_kind_runs_like_the_same_write_without_it(tmp_path):
+    """A write of +1 in a featurizer kind of an extension's (features 2x) is x + 0.5: bit for bit the
+    built-in write of +0.5 on the activation itself, on both engines; run.json records the extension."""
+    folder = tmp_path / "modules"
+    folder.mkdir()
+    (folder / "doubled_kind.py").write_text(FEATURIZER_MODULE)
+    doc = halve()
+    del doc["extensions"]
+    iv = doc["interventions"]["halve"]
+    iv["writes"]["half"] = {"site": "target", "pos": -1, "mechanism": "add_scaled", "operand": 0.5}
+    for metric in iv["metrics"].values():
+        metric["kind"] = "token_logit"
+    plain = dict(doc)
+    ext = json.loads(json.dumps(doc))
+    ext["extensions"] = ["doubled_kind"]
+    ext["featurizers"] = {"dbl": {"kind": "doubled", "site": "target"}}
+    ext["interventions"]["halve"]["writes"]["half"].update(operand=1.0, featurizer="dbl")
+    got = python(f"""
+        out = {{}}
+        for engine in ("hooks", "nnterp"):
+            for name, doc in (("plain", {plain!r}), ("ext", {ext!r})):
+                folder = {str(tmp_path)!r} + f"/out-{{engine}}-{{name}}"
+                ran = cm.run(doc, engine=engine, out=folder, models=[{str(MODELS)!r}], data=[{str(DATA)!r}],
+                             plugins=["doubled_kind"])
+                out[f"{{engine}}-{{name}}"] = [r["value"] for r in ran.points[0].result("margin_halved").rows]
+                out[f"{{engine}}-{{name}}-record"] = json.load(open(folder + "/run.json")).get("extensions")
+                out[f"{{engine}}-{{name}}-clean"] = [r["value"] for r in ran.points[0].result("margin_clean").rows]
+        print(json.dumps(out))
+    """, folder)
+    for engine in ("hooks", "nnterp"):
+        assert got[f"{engine}-ext"] == got[f"{engine}-plain"], engine
+        assert got[f"{engine}-plain-record"] is None
+        (record,) = got[f"{engine}-ext-record"]
+        assert record["distribution"] == "doubled_kind" and record["module"] == "doubled_kind"
+    assert got["hooks-ext"] == got["nnterp-ext"]
+    # The write did something: the written logits differ from the clean ones on some row.
+    assert any(abs(a - b) > 1e-3 for a, b in zip(got["hooks-ext"], got["hooks-ext-clean"]))
