@@ -419,19 +419,32 @@ class MetricDef(_Strict):
                                    f"write {{{spelled}}}" if slots else f"remove {info.field_name!r}")
         return value
 
-    @model_validator(mode="after")
-    def _sequence(self) -> "MetricDef":
-        if self.score == "first_token" and self.per_token != "sum":
+    # Field validators (each sees the fields declared before it), so a refusal names its field.
+    @field_validator("score")
+    @classmethod
+    def _score(cls, value: str, info: ValidationInfo) -> str:
+        kind = info.data.get("kind")
+        if value == "sequence" and kind is not None and kind not in SEQUENCE_KINDS:
+            raise HintedValueError(f"{kind} does not score a whole answer; the kinds that do are "
+                                   f"{', '.join(SEQUENCE_KINDS)}", 'use one of those, or remove "score"')
+        return value
+
+    @field_validator("per_token")
+    @classmethod
+    def _per_token(cls, value: str, info: ValidationInfo) -> str:
+        if value != "sum" and info.data.get("score", "first_token") == "first_token":
             raise HintedValueError("per_token is how a whole answer's tokens combine, and this metric "
                                    "scores the first token", 'add "score": "sequence", or remove per_token')
-        if self.score == "sequence" and self.kind not in SEQUENCE_KINDS:
-            raise HintedValueError(f"{self.kind} scores one token per row; a whole answer is scored by "
-                                   f"{', '.join(SEQUENCE_KINDS)}",
-                                   'use one of those, or remove "score": "sequence"')
-        if self.score == "sequence" and self.distinct_from is not None:
+        return value
+
+    @field_validator("distinct_from")
+    @classmethod
+    def _distinct(cls, value: Optional[str], info: ValidationInfo) -> Optional[str]:
+        if value is not None and info.data.get("score") == "sequence":
             raise HintedValueError("distinct_from holds first tokens apart; a whole answer is compared "
-                                   "whole", "remove distinct_from")
-        return self
+                                   "whole (rows whose answers are the same tokens are excluded)",
+                                   "remove distinct_from")
+        return value
 
     @field_validator("params")
     @classmethod

@@ -468,14 +468,20 @@ class _PointCompiler:
                       reads=metric.compared_reads, params=tuple(sorted(metric.params.items())),
                       excludes=kind.excludes)
         if not any(eligible):
-            shared = reasons.count("answers_share_token")
+            reason, shared = show_tokens.collision(made)
             if shared:
                 ids = ds.example_ids()
+                said = show_tokens.exclusions(made, [ids[i] for i in rows])
+                if whole:
+                    raise CompileError(path, f"every row's whole answers are identical ({shared} of "
+                                       f"{len(rows)}: {said}): each row would compare an answer with itself",
+                                       "compare columns whose answers differ")
                 raise CompileError(path, f"every row's answers share their scored token ({shared} of "
-                                   f"{len(rows)}: {show_tokens.exclusions(made, [ids[i] for i in rows])})"
+                                   f"{len(rows)}: {said})"
                                    ": each row would compare a token with itself",
                                    "use answers whose first tokens differ on this tokenizer "
-                                   "(`causalab-mini explain --tokens` shows them)")
+                                   "(`causalab-mini explain --tokens` shows them), or score whole "
+                                   "answers (\"score\": \"sequence\")")
             raise CompileError(path, f"no row has a value in every column {list(metric.columns)}: "
                                "a metric of nothing has no mean", "score rows that have an answer")
         return made

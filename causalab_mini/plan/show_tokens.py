@@ -73,14 +73,24 @@ def metric_rows(obs: Observe, rows: int, indent: str) -> list[str]:
     return lines
 
 
+def collision(m: Metric) -> tuple[str, int]:
+    """Why a metric's rows are excluded for comparing an answer with itself, and how many: a shared
+    scored token (first-token scoring), or the same whole answer (``"score": "sequence"``)."""
+    reason = "answers_identical" if m.sequence is not None else "answers_share_token"
+    return reason, m.column_reasons.count(reason)
+
+
 def exclusions(m: Metric, example_ids: Sequence[str], *, first: int = 3) -> str:
-    """The first few rows excluded for a shared token: ``example 2: ' Tuesday' / ' Thursday' -> 'ĠT'``."""
+    """The first few rows excluded for a shared token: ``example 2: ' Tuesday' / ' Thursday' -> 'ĠT'``
+    (whole answers: the answers alone)."""
+    reason, count = collision(m)
     shown = []
-    for r, reason in enumerate(m.column_reasons):
-        if reason == "answers_share_token" and len(shown) < first:
+    for r, why in enumerate(m.column_reasons):
+        if why == reason and len(shown) < first:
             texts = " / ".join(repr(a[r]) for a in m.answers)
-            shown.append(f"example {example_ids[r]}: {texts} -> {m.scored[0][r]!r}")
-    more = m.column_reasons.count("answers_share_token") - len(shown)
+            shown.append(f"example {example_ids[r]}: {texts}"
+                         + ("" if m.sequence is not None else f" -> {m.scored[0][r]!r}"))
+    more = count - len(shown)
     return "; ".join(shown) + (f"; {more} more" if more > 0 else "")
 
 
@@ -89,12 +99,12 @@ def metric_summary(m: Metric, example_ids: Sequence[str], indent: str) -> list[s
     rows scored on part of their answer, and where a contrast came from."""
     lines = []
     n = len(m.column_eligible)
-    shared = m.column_reasons.count("answers_share_token")
+    reason, shared = collision(m)
     if m.contrast_from and m.contrast_from != "distinct_from":
         lines.append(f"{indent}metric {m.name!r}: held apart from {m.compared[-1][1]!r} "
                      f"(the other answer of {m.contrast_from})")
     if shared:
-        lines.append(f"{indent}metric {m.name!r}: {shared} of {n} rows excluded, answers_share_token: "
+        lines.append(f"{indent}metric {m.name!r}: {shared} of {n} rows excluded, {reason}: "
                      f"{exclusions(m, example_ids)}")
     if m.partial:
         lines.append(f"{indent}metric {m.name!r}: {m.partial} of {n} rows scored on the first of "
@@ -141,10 +151,10 @@ def _caveats(m: Metric) -> str:
     """What a metric's rows are short of: excluded rows, answers scored on their first token."""
     n = len(m.column_eligible)
     said = []
-    shared = m.column_reasons.count("answers_share_token")
+    reason, shared = collision(m)
     missing = m.column_reasons.count("no_answer")
     if shared:
-        said.append(f"{shared} of {n} rows excluded (answers_share_token)")
+        said.append(f"{shared} of {n} rows excluded ({reason})")
     if missing:
         said.append(f"{missing} of {n} rows excluded (no_answer)")
     if m.partial:
