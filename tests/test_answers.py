@@ -95,7 +95,7 @@ def test_a_metric_whose_every_row_compares_a_token_with_itself_is_refused(tmp_pa
         f"interventions.patching.metrics.iia: every row's answers share their scored token (2 of 2: example 0: "
         f"' {s1}' / ' {s2}' -> {token!r}; example 1: ' {s2}' / ' {s1}' -> {token!r}): each row would compare a "
         "token with itself; use answers whose first tokens differ on this tokenizer (`causalab-mini explain "
-        "--tokens` shows them)")
+        "--tokens` shows them), or score whole answers (\"score\": \"sequence\")")
 
 
 def test_a_single_answer_metric_compares_nothing_unless_told(tmp_path):
