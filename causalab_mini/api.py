@@ -72,6 +72,12 @@ class Document:
         """Whether some point taps the attention pattern, which is chosen when the model loads."""
         return uses_attention_probs(self.points)
 
+    @property
+    def attention_seam(self) -> bool:
+        """Whether some point taps inside attention, which the hooks engine reaches through the
+        attention function the model is served with (chosen when it loads)."""
+        return uses_attention_seam(self.points)
+
     def point(self, name: str) -> "Document":
         """One sweep point as a document of its own — already validated, its expectations the ones
         that apply there — to run a single point (``run(doc.point("pos=-1"))``)."""
@@ -159,7 +165,16 @@ def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", m
     # differently) is asked for only when some point taps the attention pattern.
     return engines.engine_class(engine).load(doc.model, document=doc.path, models=models, device_map=device_map,
                                               trust_remote_code=trust_remote_code,
-                                              attention_probs=uses_attention_probs(doc.points))
+                                              attention_probs=uses_attention_probs(doc.points),
+                                              attention_seam=uses_attention_seam(doc.points))
+
+
+def uses_attention_seam(points) -> bool:
+    """Whether any point taps inside attention (q, k, v, the scores, the pattern): the hooks engine
+    then serves the model with the attention function that reaches them, chosen when it loads."""
+    from .components import INTERIORS
+
+    return any(site.component in INTERIORS for p in points for site in p.spec.sites.values())
 
 
 def uses_attention_probs(points) -> bool:

@@ -92,19 +92,22 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
        head_count="n_kv_heads"),
     _C("attention_value", "interior", "heads", True, 3, "len(heads)*head_dim",
        "per-head value after projection", ATTENTION, INSIDE, HEADS, head_count="n_kv_heads"),
-    _C("attention_probs", "interior", "heads", True, 4, "keys of the padded batch",
+    _C("attention_scores", "interior", "heads", True, 4, "keys of the padded batch",
+       "attention scores before the softmax: q·k scaled, the family's softcap, the mask added "
+       "(a masked key holds the dtype's lowest number)", ATTENTION, INSIDE, UNFIXED),
+    _C("attention_probs", "interior", "heads", True, 5, "keys of the padded batch",
        "attention pattern (needs eager attention)", ATTENTION, INSIDE, UNFIXED),
-    _C("attention_z", "interior", "heads", True, 5, "len(heads)*head_dim",
+    _C("attention_z", "interior", "heads", True, 6, "len(heads)*head_dim",
        "per-head result: the input of the output projection", ATTENTION_PROJECTION, INPUT, HEADS),
-    _C("attention_output", "module", "units", True, 6, "d_model",
+    _C("attention_output", "module", "units", True, 7, "d_model",
        "attention module output, before the residual add", ATTENTION, OUTPUT, RESIDUAL, residual=True),
-    _C("mlp_input", "module", "units", True, 7, "d_model", "MLP module input", MLP, INPUT, RESIDUAL,
+    _C("mlp_input", "module", "units", True, 8, "d_model", "MLP module input", MLP, INPUT, RESIDUAL,
        residual=True),
-    _C("mlp_hidden", "interior", "units", True, 8, "d_mlp", "MLP neurons: the input of the down projection",
+    _C("mlp_hidden", "interior", "units", True, 9, "d_mlp", "MLP neurons: the input of the down projection",
        MLP_PROJECTION, INPUT, MLP_WIDTH),
-    _C("mlp_output", "module", "units", True, 9, "d_model", "MLP module output", MLP, OUTPUT, RESIDUAL,
+    _C("mlp_output", "module", "units", True, 10, "d_model", "MLP module output", MLP, OUTPUT, RESIDUAL,
        residual=True),
-    _C("block_output", "module", "units", True, 10, "d_model", "residual leaving layer l",
+    _C("block_output", "module", "units", True, 11, "d_model", "residual leaving layer l",
        LAYER, OUTPUT, RESIDUAL, residual=True),
     _C("ln_final", "module", "units", False, 0, "d_model", "final norm output", LN_FINAL, OUTPUT, RESIDUAL),
     _C("lm_head", "module", None, False, 1, "vocab", "unembedding output", OUTPUT_EMBEDDINGS, OUTPUT, VOCAB),
@@ -115,8 +118,10 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
 # Components with no layer that run before the first layer; the rest run after the last.
 BEFORE_LAYERS = frozenset(n for n, c in COMPONENTS.items() if c.module == INPUT_EMBEDDINGS)
 VOCAB_WIDE = frozenset(n for n, c in COMPONENTS.items() if c.size == VOCAB)
-# Inside the attention forward (q, k, v, the pattern): the engines find the attention module.
+# Inside the attention forward (q, k, v, the scores, the pattern): the engines find the attention module.
 INTERIORS = frozenset(n for n, c in COMPONENTS.items() if c.io == INSIDE)
+# (rows, queries, heads·keys): a pattern's keys are one forward's padded width (plan.build keys them).
+PATTERNS = frozenset({"attention_scores", "attention_probs"})
 
 
 @dataclass(frozen=True)

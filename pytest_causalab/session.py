@@ -272,7 +272,7 @@ class Session:
         # The module names a document gives (model.modules) decide which modules the engine taps.
         modules = tuple(sorted(ref.modules.model_dump().items())) if ref.modules else None
         return (resolved.source, resolved.revision, ref.dtype, engine, self.device_map,
-                doc.attention_probs, modules)
+                doc.attention_probs, doc.attention_seam, modules)
 
     @property
     def device_map(self) -> str:

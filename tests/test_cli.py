@@ -13,7 +13,7 @@ from samples import cli_command
 
 PATCHING = "documents/v2/patching.causalab.json"
 COMPONENTS = ("embeddings", "block_input", "attention_query", "attention_key", "attention_value",
-              "attention_probs", "attention_z", "attention_output", "mlp_input", "mlp_hidden", "mlp_output",
+              "attention_scores", "attention_probs", "attention_z", "attention_output", "mlp_input", "mlp_hidden", "mlp_output",
               "block_output", "ln_final", "lm_head", "logits")
 MECHANISMS = ("add_scaled", "clamp", "gaussian", "lerp", "renormalize", "swap")
 
@@ -171,17 +171,18 @@ def test_a_compile_refusal_exits_2(tmp_path):
     assert "CompileError: sites.target.layers: layer 7 is past the end" in err
 
 
-def test_the_hooks_engine_refusal_exits_2(tmp_path):
+def test_an_engine_refusal_exits_2(tmp_path):
+    # attention_scores: reached by the hooks engine (transformers' attention seam), not yet by nnterp.
     doc = json.loads((REPO / PATCHING).read_text())
-    doc["sites"]["q"] = {"component": "attention_query", "layers": [0], "heads": [1]}
-    doc["interventions"]["patching"]["reads"]["q"] = {"site": "q", "pos": -1, "input": "base"}
-    path = tmp_path / "query.causalab.json"
+    doc["sites"]["s"] = {"component": "attention_scores", "layers": [0], "heads": [1]}
+    doc["interventions"]["patching"]["reads"]["s"] = {"site": "s", "pos": -1, "input": "base"}
+    path = tmp_path / "scores.causalab.json"
     path.write_text(json.dumps(doc))
     models, data = str(MODELS), str(DATA)
-    err = refused("explain", str(path), "--engine", "hooks", "--models", models, "--data", data)
-    assert "sites.q.component" in err and "attention_query" in err
-    assert "read  'q' at attention_query[0].heads[1]" in ok("explain", str(path), "--models", models,
-                                                            "--data", data)
+    err = refused("explain", str(path), "--engine", "nnterp", "--models", models, "--data", data)
+    assert "sites.s.component" in err and "attention_scores" in err and "--engine hooks" in err
+    assert "read  's' at attention_scores[0].heads[1]" in ok("explain", str(path), "--engine", "hooks",
+                                                             "--models", models, "--data", data)
 
 
 def test_a_json_syntax_error_exits_2_with_line_and_column(tmp_path):

@@ -22,7 +22,7 @@ import pytest
 import families
 from paths import DATA, MODELS
 from causalab_mini import components
-from causalab_mini.components import COMPONENTS, INPUT, INSIDE, OUTPUT
+from causalab_mini.components import COMPONENTS, INPUT, INSIDE, OUTPUT, PATTERNS
 from causalab_mini.document import read as front
 from causalab_mini import layouts
 from causalab_mini.errors import CompileError, ModelError
@@ -43,7 +43,8 @@ def test_every_component_has_a_place_and_a_width_rule():
     for name, c in COMPONENTS.items():
         assert c.module in ROLES and c.io in (INPUT, OUTPUT, INSIDE) and c.size in RULES, name
         assert (c.size == components.HEADS) == (c.selector == "heads" and c.size is not components.UNFIXED), name
-    assert components.INTERIORS == {"attention_query", "attention_key", "attention_value", "attention_probs"}
+    assert components.INTERIORS == {"attention_query", "attention_key", "attention_value", "attention_scores",
+                                    "attention_probs"}
     assert {n for n, c in COMPONENTS.items() if not c.hooks} == components.INTERIORS
     assert components.BEFORE_LAYERS == {"embeddings"}
     assert components.VOCAB_WIDE == {"lm_head", "logits"}
@@ -64,7 +65,7 @@ def test_the_width_rule_reads_the_sizes_it_names():
     sizes = SimpleNamespace(d_model=32, d_mlp=48, vocab_size=170, n_heads=4, n_kv_heads=2, head_dim=8)
     widths = {n: c.width_of(sizes) for n, c in COMPONENTS.items()}
     assert widths == {"embeddings": 32, "block_input": 32, "attention_query": 32, "attention_key": 16,
-                      "attention_value": 16, "attention_probs": None, "attention_z": 32,
+                      "attention_value": 16, "attention_scores": None, "attention_probs": None, "attention_z": 32,
                       "attention_output": 32, "mlp_input": 32, "mlp_hidden": 48, "mlp_output": 32,
                       "block_output": 32, "ln_final": 32, "lm_head": 170, "logits": 170}
 
@@ -110,7 +111,7 @@ def _reads_every(model: str, names) -> dict:
 def test_each_engine_reports_and_reads_the_width_the_record_gives(engines, grouped_root, model, engine_name):
     engine = engines({"key": model, "dtype": "fp32"}, engine_name, models=_roots(model, grouped_root))
     sizes = _sizes_by_hand(model, grouped_root)
-    sized = [n for n in COMPONENTS if n != "attention_probs"]
+    sized = [n for n in COMPONENTS if n not in PATTERNS]
     for name in sized:
         assert engine.width(name) == COMPONENTS[name].width_of(sizes), name
         if COMPONENTS[name].selector == "heads":
@@ -119,7 +120,8 @@ def test_each_engine_reports_and_reads_the_width_the_record_gives(engines, group
         engine.width("attention_probs")
 
     reached = [n for n in sized if engine._facts.refusal(n, engine.name) is None]
-    assert set(sized) - set(reached) <= (components.INTERIORS if engine_name == "hooks" else set())
+    # Every family here calls transformers' attention function: both engines reach inside attention.
+    assert set(sized) == set(reached)
     plan = compiler.compile_plan(_reads_every(model, reached), facts=engine, data=[DATA])
     results = engine.execute(plan).steps["read"].results
     for name in reached:
@@ -134,7 +136,7 @@ def test_the_strategies_size_a_site_by_the_same_record(engines, model):
     bounds = drawn.model_bounds(model)
     engine = engines({"key": model, "dtype": "fp32"}, "hooks")
     for name in COMPONENTS:
-        if name != "attention_probs":
+        if name not in PATTERNS:
             assert drawn._width(bounds, name) == engine.width(name), name
 
 

@@ -16,7 +16,7 @@ class Engine:
 
     @classmethod
     def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
-             trust_remote_code=False, attention_probs=False) -> "Engine":
+             trust_remote_code=False, attention_probs=False, attention_seam=False) -> "Engine":
         """Resolve, load (frozen: eval(), requires_grad_(False)) and standardize a document's model.
 
         ``attention_probs=True``: load so the attention pattern can be tapped (eager attention),

@@ -7,9 +7,10 @@ what it adds is finding the module (``standardize.py``), saying where the tensor
 sits in that module's value (a ``Selection`` per component), and removing every
 hook it registered however the forward ends.
 
-What it refuses, by name: every interior no module boundary exposes
-(attention_query/key/value, attention_probs: at compile time, through
-``locate``); ``remote`` in any form; a model with no weights (a meta shell).
+Inside attention (q, k, v, the scores, the pattern) it listens on transformers' own attention
+seam (``attention.py``: a registered attention function the model is served with). What it
+refuses, by name: an interior of a family whose attention does not go through that seam (at
+compile time, through ``locate``); ``remote`` in any form; a model with no weights (a meta shell).
 A decoding forward is ``model.generate`` with the same hooks firing at every
 step, a pre-hook on the model counting the steps.
 """
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..components import INPUT
+from ..components import INPUT, INSIDE, INTERIORS
 from ..errors import EngineError
 from ..model import loading
-from . import provenance, standardize, steps, taps
+from . import attention, provenance, standardize, steps, taps
 from .base import Engine
 from .complete import load_causal_lm
 from ..model.facts import AnswersFromFacts, ModelFacts
@@ -86,6 +87,19 @@ def _hook(module, where, tap, forward, values, featurizers, project, step):
     return module.register_forward_hook(hook)
 
 
+def _listener(parts: dict, forward, values, featurizers, step):
+    """What the attention seam calls on one attention module: each part a tap names (q, k, v, the
+    scores, the pattern) seen as (rows, seq, columns), its writes and reads run, handed back."""
+    def listen(part, x):
+        tap = parts.get(part)
+        if tap is None:
+            return x
+        seen = attention.as_rows(part, x)
+        new = taps.run_tap(seen, tap, forward, values, featurizers, None, step[0])
+        return x if new is seen else attention.from_rows(x, new)
+    return listen
+
+
 class HooksEngine(AnswersFromFacts, Engine):
     name: ClassVar[str] = "hooks"
 
@@ -117,11 +131,14 @@ class HooksEngine(AnswersFromFacts, Engine):
 
     @classmethod
     def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
-             trust_remote_code=False, attention_probs: bool = False) -> "HooksEngine":
+             trust_remote_code=False, attention_probs: bool = False,
+             attention_seam: bool = False) -> "HooksEngine":
         """The document's model as a frozen ``AutoModelForCausalLM``, its modules standardized.
 
-        ``attention_probs`` is accepted so both engines load with one call, and changes
-        nothing: no module boundary exposes the pattern, so ``locate`` refuses it here.
+        ``attention_seam``: some point taps inside attention (q, k, v, the scores, the pattern):
+        the model is served with the registered attention function that reaches them
+        (engine/attention.py: the family's eager arithmetic, exactly), and run.json says so.
+        ``attention_probs`` is accepted so both engines load with one call.
         """
         loading.quiet_loading()
         # Found, config and tokenizer read, facts built, as the compiler does (first: an unreachable
@@ -136,6 +153,8 @@ class HooksEngine(AnswersFromFacts, Engine):
         except (OSError, ValueError) as err:
             raise loading._hub_failure(resolved, err, described.roots) from None
         loading.freeze(model)
+        if attention_seam or attention_probs:
+            attention.serve(model)
         return cls(model, described.facts)
 
     # --- compile time -------------------------------------------------------------------------
@@ -145,6 +164,10 @@ class HooksEngine(AnswersFromFacts, Engine):
         this engine is the one that will run it."""
         address = self._facts.locate(site, path=path, engine=self.name)
         self._module(address)  # found now, so a module the layout misplaces is refused at compile time
+        if address.component in INTERIORS and not attention.served(self.model):
+            # A plan that taps inside attention is compiled against a model loaded for another
+            # document: served with the attention seam from here on (run.json records it).
+            attention.serve(self.model)
         return address
 
     # --- run time -----------------------------------------------------------------------------
@@ -175,17 +198,28 @@ class HooksEngine(AnswersFromFacts, Engine):
                 def count(_module, _args):
                     step[0] += 1
                 handles.append(self.model.register_forward_pre_hook(count))
+            inside: dict = {}  # attention module -> {part: tap}: reached through the attention seam
             for tap in forward.taps:
                 module, where = self._module(tap.address)
+                if where.io == INSIDE:
+                    inside.setdefault(module, {})[tap.address.component] = tap
+                    continue
                 handles.append(_hook(module, where, tap, forward, values, featurizers, self._project, step))
-            if forward.decode:
-                # generate derives position ids from the mask itself, and needs its cache.
-                sequences = self.model.generate(
-                    input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
-                    **taps.generation_options(forward, self.tokenizer))
-                taps.finish_decode(forward, values, sequences)
-            else:
-                self.model(**inputs)
+            if inside and not attention.served(self.model):
+                raise EngineError(forward.taps[0].address.spelling(), "this forward taps inside attention, "
+                                  "and the model was loaded without the attention seam",
+                                  "load the model with this document (cm.load(doc)), which serves it so")
+            listeners = {module: _listener(parts, forward, values, featurizers, step)
+                         for module, parts in inside.items()}
+            with attention.listening(listeners):
+                if forward.decode:
+                    # generate derives position ids from the mask itself, and needs its cache.
+                    sequences = self.model.generate(
+                        input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"],
+                        **taps.generation_options(forward, self.tokenizer))
+                    taps.finish_decode(forward, values, sequences)
+                else:
+                    self.model(**inputs)
         finally:
             for handle in handles:
                 handle.remove()

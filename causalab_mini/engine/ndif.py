@@ -29,7 +29,8 @@ class NDIFEngine(NNterpEngine):
 
     @classmethod
     def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
-             trust_remote_code=False, attention_probs: bool = False) -> "NDIFEngine":
+             trust_remote_code=False, attention_probs: bool = False,
+             attention_seam: bool = False) -> "NDIFEngine":
         """The document's model as a shell: structure and names, no weights (meta device)."""
         return cls._standardized(model_ref, document=document, models=models, device_map=device_map,
                                  trust_remote_code=trust_remote_code, attention_probs=attention_probs,

@@ -160,7 +160,8 @@ class NNterpEngine(AnswersFromFacts):
     # --- load -----------------------------------------------------------------
     @classmethod
     def load(cls, model_ref, *, document=None, models=None, device_map="cpu",
-             trust_remote_code=False, attention_probs: bool = False) -> "NNterpEngine":
+             trust_remote_code=False, attention_probs: bool = False,
+             attention_seam: bool = False) -> "NNterpEngine":
         """The document's model through nnterp, weights dispatched at load, then frozen.
 
         ``attention_probs=True`` loads with eager attention so the pattern can be tapped

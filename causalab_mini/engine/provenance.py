@@ -60,6 +60,13 @@ def served_dtype(model: Any) -> str:
     return str(head.weight.dtype)
 
 
+def attention_implementation(model: Any) -> Optional[str]:
+    """The attention implementation the model was served with (``sdpa``, ``eager``, or ``causalab``:
+    the registered function that reaches inside attention, engine/attention.py)."""
+    inner = getattr(model, "_model", model)  # nnterp's StandardizedTransformer wraps the HF model
+    return getattr(getattr(inner, "config", None), "_attn_implementation", None)
+
+
 def model_record(engine: Any) -> dict:
     """Which model ran, recorded whether or not the document pins a revision, so a result always
     says what it was computed on: the document's key; ``revision``, a local checkpoint's digest over
@@ -84,6 +91,7 @@ def record(engine: Any, remote: Any, batch_size: Optional[int], at_once: int = 1
         "causalab_mini": source_digest(),
         "served_dtype": served_dtype(engine.model),
         "model": model_record(engine),
+        "attention": attention_implementation(engine.model),
     }
     if at_once > 1:
         found["at_once"] = at_once

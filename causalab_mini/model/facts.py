@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from ..components import BEFORE_LAYERS, COMPONENTS, PUBLISHED_ROLES, Address
+from ..components import BEFORE_LAYERS, COMPONENTS, INTERIORS, PATTERNS, PUBLISHED_ROLES, Address
 from ..errors import CompileError
 from ..layouts import FAMILIES, UNKNOWN, Layout, OutputTransform, layout_for
 from ..engines import traced_names
@@ -130,9 +130,20 @@ class ModelFacts:
         if component in self.absent:
             problem, fix = self.absent[component]
             return f"{component} does not exist on {layout.family}: {problem}; {fix}"
-        if engine not in TRACED and not comp.hooks:  # an engine of module hooks, not of nnsight's tracing
+        if engine not in TRACED and component in INTERIORS:
+            # Inside attention, the hooks engine taps the attention function transformers calls
+            # (engine/attention.py): every family whose attention module calls it.
+            if not layout.attention_call:
+                return (f"{component} is inside {layout.family}'s attention, which computes its pattern in "
+                        "its own forward rather than through transformers' attention-function registry, so "
+                        "no registered function sees it; read attention_z (the per-head result) instead")
+        elif engine not in TRACED and not comp.hooks:  # an engine of module hooks, not of nnsight's tracing
             return (f"{component} is interior to a module's forward (no module boundary exposes it), "
                     "so a forward hook cannot reach it; run this document with --engine nnterp")
+        if engine in TRACED and component == "attention_scores":
+            return ("attention_scores is reached through transformers' attention-function registry, which "
+                    "the hooks engine taps and the nnterp engine does not yet; run this document with "
+                    "--engine hooks")
         if engine in TRACED and component in QKV and not layout.attention_call:
             return (f"{component} is an argument of the attention function call, and {layout.family}'s "
                     "attention computes q, k and v in its own forward with no such call; read "
@@ -156,7 +167,7 @@ class ModelFacts:
                                f"{self.num_layers} layers", f"use 0..{self.num_layers - 1}")
         # attention_probs: 0 until a forward fixes the keys (plan.build gives each forward's
         # ops the address with heads × keys columns); every other width is the model's.
-        keyed = site.component == "attention_probs"
+        keyed = site.component in PATTERNS
         full = 0 if keyed else self.width(site.component)
         columns: Optional[tuple[int, ...]] = None
         if site.heads is not None:

@@ -19,6 +19,7 @@ from ..document.spec import FitStep, ObserveStep, Ref, Spec, WeightsStep
 from ..errors import CompileError, MissingArtifact
 from ..formats import TENSORS, format_of
 from ..ops import locate
+from ..components import PATTERNS
 from ..metric_kinds import SEQUENCE_UNITS
 from ..vocab import FEATURIZERS, METRICS
 from . import show_tokens
@@ -105,7 +106,7 @@ class _PointCompiler:
         """Width of a featurizer's space: k for a basis or a dictionary, d for a mask over units (a gate)."""
         feat = self.spec.featurizers[name]
         path = f"featurizers.{name}"
-        if self.addresses[feat.site].component == "attention_probs":
+        if self.addresses[feat.site].component in PATTERNS:
             raise CompileError(f"{path}.site", f"site {feat.site!r} is an attention pattern, whose width "
                                "is the keys of each forward's padded batch, and a featurizer has one d",
                                "read or write the pattern with the identity featurizer")
@@ -301,18 +302,18 @@ class _PointCompiler:
             return self.ctx.facts.width("lm_head")
         if read.featurizer:
             return self.spaces[read.featurizer]
-        return address.width  # attention_probs: already this forward's heads × keys (keyed)
+        return address.width  # a pattern (scores, probs): already this forward's heads × keys (keyed)
 
     def _address(self, site: str, path: str, where, tokens: Tokenized) -> Address:
-        """A site's address as one forward's ops see it: attention_probs gets this forward's keys."""
+        """A site's address as one forward's ops see it: a pattern (scores, probs) gets this forward's keys."""
         address = self.addresses[site]
-        if address.component != "attention_probs":
+        if address.component not in PATTERNS:
             return address
         if _step_of(where) is not None:
             raise CompileError(f"{path}.pos", "an attention pattern gains a key at every decode step, "
                                "so a tap on the continuation has no fixed width",
-                               "read or write attention_probs in the prompt frame")
-        return keyed(address, len(tokens.ids[0]), self.ctx.facts.heads("attention_probs"))
+                               f"read or write {address.component} in the prompt frame")
+        return keyed(address, len(tokens.ids[0]), self.ctx.facts.heads(address.component))
 
     def _forward(self, ipath, iv, model: str, role: str, loaded, rows, tokens: Tokenized) -> Forward:
         ops: list = []
@@ -412,7 +413,7 @@ class _PointCompiler:
                 else:
                     read, src = reads[w.operand.value]
                     have = read.width
-                    if w.address.component == "attention_probs":
+                    if w.address.component in PATTERNS:
                         _check_pattern_alignment(wpath, src, f)
                 if have not in want:
                     raise CompileError(wpath, f"the operand is {have} wide and the write acts on "
@@ -525,6 +526,12 @@ def _with_forced(ipath: str, forwards: tuple, metrics: tuple) -> tuple:
         for (of, name), answers in wanted.items():
             if of not in reads:
                 continue
+            patterns = [op for op in (*f.writes, *f.reads) if op.address.component in PATTERNS]
+            if patterns:
+                raise CompileError(f"{ipath}.metrics", f"{patterns[0].name!r} taps an attention pattern, whose "
+                                   "keys a teacher-forced copy of its forward would lengthen",
+                                   "score this pass's metrics by their first token, or tap the pattern in "
+                                   "another pass")
             own = [w for w in f.writes if w.operand is not None and w.operand.kind == "read"
                    and w.operand.value in reads]
             if own:
@@ -563,7 +570,7 @@ def _step_of(where):
 
 
 def keyed(address: Address, tokens: int, n_heads: int) -> Address:
-    """An attention_probs address at a forward of ``tokens`` padded tokens.
+    """A pattern's address (attention_scores, attention_probs) at a forward of ``tokens`` padded tokens.
 
     The engine shows the pattern ``(rows, heads, queries, keys)`` as ``(rows, queries,
     heads·keys)``, heads-major, so head ``h`` is columns ``h·tokens … h·tokens + tokens - 1``.

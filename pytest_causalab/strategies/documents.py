@@ -255,7 +255,7 @@ def _document(draw, model: str, data: str, models, data_roots, sweeps: bool, sco
     # --- the site a patch writes at, within the model's bounds
     components = sorted(
         name for name, c in vocab.COMPONENTS.items()
-        if name not in vocab.VOCAB_WIDE and name != "attention_probs"
+        if name not in vocab.VOCAB_WIDE and name not in ("attention_probs", "attention_scores")
         and (engine is None or engine in vocab.engines_reaching(c)))
     component = draw(st.sampled_from(components))
     comp = vocab.COMPONENTS[component]
@@ -396,7 +396,7 @@ def documents(model: str = "tiny-llama", *, data: str = "weekdays/train", sweeps
     """Whole valid plan-shaped documents (JSON dicts) for a shipped model, patching-like.
 
     One intervention ``patching``: a write ``patch`` at a drawn site ``target`` —
-    any component but the vocabulary-wide ones and ``attention_probs``, at a layer
+    any component but the vocabulary-wide ones and the patterns (scores, probs), at a layer
     inside the model, optionally narrowed to drawn heads or units inside its
     bounds — with a drawn mechanism and parameters (``mechanisms()``), its
     operand (when it takes one) a read ``v_cf`` of the counterfactual prompt at

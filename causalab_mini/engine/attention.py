@@ -1,0 +1,124 @@
+"""Inside attention through transformers' own seam: one registered attention function.
+
+transformers 5 hands every supported family's attention — q, k and v after rotary and any q/k
+norms, the 4-D mask, ``scaling=``, ``softcap=`` — to the function its ``AttentionInterface``
+registry names (``config._attn_implementation``). ``attention`` below is registered there as
+``"causalab"``: the standard eager arithmetic, with a listener on the module that may read and
+replace q, k, v, the scores and the pattern on the way. A model served with it computes exactly
+what the family's eager path computes (``benchmarks/attention_seam.py`` measures max |Δ logits| =
+0 in fp32 on every family of the test matrix that dispatches; GPT-Neo and BLOOM compute attention
+in their own forward and are refused at compile time, ``layouts.Layout.attention_call``).
+
+The mask builder is registered under the same name: without it transformers builds no mask for an
+unknown implementation, and the model would run without its causal and padding masks, silently.
+
+Layouts the listener sees, as the nnterp engine's arguments of the attention call are seen:
+q ``(rows, heads, seq, head_dim)``; k and v ``(rows, kv_heads, seq, head_dim)`` (grouped-query
+heads not repeated); scores and probs ``(rows, heads, queries, keys)``. Masked keys hold the mask's
+value in the scores (the dtype's lowest number; ALiBi families fold their bias into it). OPT hands
+q already multiplied by ``head_dim ** -0.5`` (its ``scaling`` is 1): its q is that.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Callable, Optional
+
+import torch
+
+NAME = "causalab"
+LISTENER = "_causalab_attention_listener"  # the attribute on an attention module a forward sets
+
+_registered: list = []
+
+
+def register() -> None:
+    """Register ``attention`` and its mask builder with transformers (once per process)."""
+    if _registered:
+        return
+    from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from transformers.modeling_utils import AttentionInterface
+
+    AttentionInterface.register(NAME, attention)
+    AttentionMaskInterface.register(NAME, eager_mask)
+    _registered.append(NAME)
+
+
+def _repeat(x: torch.Tensor, groups: int) -> torch.Tensor:
+    """(rows, kv_heads, seq, d) → (rows, kv_heads·groups, seq, d): each key/value head for its queries."""
+    if groups == 1:
+        return x
+    rows, heads, seq, dim = x.shape
+    return x[:, :, None].expand(rows, heads, groups, seq, dim).reshape(rows, heads * groups, seq, dim)
+
+
+def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
+              **kwargs):
+    """The eager attention of every family that dispatches through the registry, listened to.
+
+    ``sliding_window`` (in ``kwargs``) needs nothing here: the window is already in the mask, as
+    in every family's eager path. The softmax runs in float32 and is cast back, as they do.
+    """
+    listen: Optional[Callable] = getattr(module, LISTENER, None)
+    if listen is not None:
+        query, key, value = (listen(part, x) for part, x in
+                             (("attention_query", query), ("attention_key", key), ("attention_value", value)))
+    if scaling is None:  # the eager default (Gemma-2/3, GPT-2 pass none): head_dim ** -0.5
+        scaling = query.shape[-1] ** -0.5
+    groups = query.shape[1] // key.shape[1]
+    keys, values = _repeat(key, groups), _repeat(value, groups)
+    scores = torch.matmul(query, keys.transpose(2, 3)) * scaling
+    if softcap is not None:
+        scores = torch.tanh(scores / softcap) * softcap
+    if attention_mask is not None:
+        scores = scores + attention_mask
+    if listen is not None:
+        scores = listen("attention_scores", scores)
+    probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
+    if listen is not None:
+        probs = listen("attention_probs", probs)
+    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
+    out = torch.matmul(probs, values).transpose(1, 2).contiguous()
+    return out, probs
+
+
+def serve(model) -> str:
+    """Serve ``model`` with the registered function (every attention module of its config tree);
+    returns the implementation it had, for the record."""
+    register()
+    before = getattr(model.config, "_attn_implementation", None) or "eager"
+    if before != NAME:
+        model.set_attn_implementation(NAME)
+    return before
+
+
+def served(model) -> bool:
+    return getattr(model.config, "_attn_implementation", None) == NAME
+
+
+@contextmanager
+def listening(listeners: dict):
+    """``{attention module: listener(part, tensor) -> tensor}`` set for the duration of one forward,
+    removed however it ends."""
+    for module, listen in listeners.items():
+        setattr(module, LISTENER, listen)
+    try:
+        yield
+    finally:
+        for module in listeners:
+            if getattr(module, LISTENER, None) is not None:
+                delattr(module, LISTENER)
+
+
+# --- the listener's view: a part as (rows, seq, columns), the way taps run --------------------
+
+def as_rows(part: str, x: torch.Tensor) -> torch.Tensor:
+    """q/k/v (rows, heads, seq, d) → (rows, seq, heads·d); scores/probs (rows, heads, q, k) →
+    (rows, q, heads·k): heads-major columns, as the compiler's addresses count them."""
+    rows, heads, seq, last = x.shape
+    return x.transpose(1, 2).reshape(rows, seq, heads * last)
+
+
+def from_rows(like: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    """``as_rows``'s inverse, to ``like``'s shape."""
+    rows, heads, seq, last = like.shape
+    return new.reshape(rows, seq, heads, last).transpose(1, 2)
