@@ -133,6 +133,7 @@ EXPECTED_POINTS = {
     "logit_lens": ["layers=0", "layers=1"],
     "effect_metrics": ["layers=0", "layers=1"],
     "whole_answer": ["layers=0", "layers=1"],
+    "pattern_patching": ["heads=0", "heads=1", "heads=2", "heads=3"],
     "logit_lens_gemma2": ["layers=0", "layers=1"],
     "layer_pos_sweep": ["layers=0,pos=-4", "layers=0,pos=-3", "layers=0,pos=-1",
                         "layers=1,pos=-4", "layers=1,pos=-3", "layers=1,pos=-1"],

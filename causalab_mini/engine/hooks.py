@@ -91,11 +91,11 @@ def _listener(parts: dict, forward, values, featurizers, step):
     """What the attention seam calls on one attention module: each part a tap names (q, k, v, the
     scores, the pattern) seen as (rows, seq, columns), its writes and reads run, handed back."""
     def listen(part, x):
-        tap = parts.get(part)
-        if tap is None:
+        if part not in parts:
             return x
-        seen = attention.as_rows(part, x)
-        new = taps.run_tap(seen, tap, forward, values, featurizers, None, step[0])
+        seen = new = attention.as_rows(part, x)
+        for tap in parts[part]:  # in the forward's order (a shared forward: several points' selections)
+            new = taps.run_tap(new, tap, forward, values, featurizers, None, step[0])
         return x if new is seen else attention.from_rows(x, new)
     return listen
 
@@ -198,11 +198,11 @@ class HooksEngine(AnswersFromFacts, Engine):
                 def count(_module, _args):
                     step[0] += 1
                 handles.append(self.model.register_forward_pre_hook(count))
-            inside: dict = {}  # attention module -> {part: tap}: reached through the attention seam
+            inside: dict = {}  # attention module -> {part: [taps]}: reached through the attention seam
             for tap in forward.taps:
                 module, where = self._module(tap.address)
                 if where.io == INSIDE:
-                    inside.setdefault(module, {})[tap.address.component] = tap
+                    inside.setdefault(module, {}).setdefault(tap.address.component, []).append(tap)
                     continue
                 handles.append(_hook(module, where, tap, forward, values, featurizers, self._project, step))
             if inside and not attention.served(self.model):
