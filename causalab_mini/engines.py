@@ -67,6 +67,11 @@ def local_names() -> tuple[str, ...]:
     return LOCAL_ENGINES
 
 
+def remote_names() -> tuple[str, ...]:
+    """The engines whose forwards run on a server (from a weightless shell here)."""
+    return tuple(r.name for r in RECORDS if r.remote)
+
+
 def traced_names() -> tuple[str, ...]:
     """The engines that trace through nnsight: nnterp's reach and its refusals."""
     return tuple(r.name for r in RECORDS if r.traced)

@@ -171,18 +171,23 @@ def test_a_compile_refusal_exits_2(tmp_path):
     assert "CompileError: sites.target.layers: layer 7 is past the end" in err
 
 
-def test_an_engine_refusal_exits_2(tmp_path):
-    # attention_scores: reached by the hooks engine (transformers' attention seam), not yet by nnterp.
+def test_an_interior_past_the_last_layer_exits_2_on_both_engines(tmp_path):
+    # Both engines reach inside attention now (attention_scores through transformers' attention
+    # seam); a layer past the model's end is refused by the compiler, by name, on either.
     doc = json.loads((REPO / PATCHING).read_text())
-    doc["sites"]["s"] = {"component": "attention_scores", "layers": [0], "heads": [1]}
+    doc["sites"]["s"] = {"component": "attention_scores", "layers": [7], "heads": [1]}
     doc["interventions"]["patching"]["reads"]["s"] = {"site": "s", "pos": -1, "input": "base"}
     path = tmp_path / "scores.causalab.json"
     path.write_text(json.dumps(doc))
     models, data = str(MODELS), str(DATA)
-    err = refused("explain", str(path), "--engine", "nnterp", "--models", models, "--data", data)
-    assert "sites.s.component" in err and "attention_scores" in err and "--engine hooks" in err
-    assert "read  's' at attention_scores[0].heads[1]" in ok("explain", str(path), "--engine", "hooks",
-                                                             "--models", models, "--data", data)
+    for engine in ("nnterp", "hooks"):
+        err = refused("explain", str(path), "--engine", engine, "--models", models, "--data", data)
+        assert "sites.s.layers" in err and "past the end" in err
+    doc["sites"]["s"]["layers"] = [0]
+    path.write_text(json.dumps(doc))
+    for engine in ("nnterp", "hooks"):
+        assert "read  's' at attention_scores[0].heads[1]" in ok("explain", str(path), "--engine", engine,
+                                                                 "--models", models, "--data", data)
 
 
 def test_a_json_syntax_error_exits_2_with_line_and_column(tmp_path):

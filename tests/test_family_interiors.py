@@ -59,8 +59,10 @@ def _layout(family: str):
     return LAYOUTS[_model_type(family)]
 
 
-PATTERN = tuple(f for f in FAMILY_NAMES if _layout(f).attention_pattern)
-NO_PATTERN = tuple(f for f in FAMILY_NAMES if not _layout(f).attention_pattern)
+# The nnterp engine reaches the pattern through nnterp's own route, or else through the attention
+# function transformers calls (engine/attention.py: GPT-2 and GPT-J, whose nnterp route fails).
+PATTERN = tuple(f for f in FAMILY_NAMES if _layout(f).attention_pattern or _layout(f).attention_call)
+NO_PATTERN = tuple(f for f in FAMILY_NAMES if f not in PATTERN)
 CALL = tuple(f for f in FAMILY_NAMES if _layout(f).attention_call)
 NO_CALL = tuple(f for f in FAMILY_NAMES if not _layout(f).attention_call)
 
@@ -83,7 +85,7 @@ def interiors(family: str, components: tuple[str, ...]) -> dict:
 def reachable(family: str) -> tuple[str, ...]:
     """The interiors the family's layout lets the nnterp engine reach."""
     layout = _layout(family)
-    return (("attention_probs",) if layout.attention_pattern else ()) + (QKV if layout.attention_call else ())
+    return (("attention_probs",) if family in PATTERN else ()) + (QKV if layout.attention_call else ())
 
 
 def run_engine(root: Path, family: str) -> dict[str, torch.Tensor]:

@@ -512,21 +512,20 @@ def test_hooks_are_removed_when_the_forward_raises(models, tmp_path):
 @pytest.mark.parametrize("component", ["attention_query", "attention_key", "attention_value", "attention_scores",
                                        "attention_probs"])
 def test_interiors_compile_on_both_engines_where_each_reaches_them(tmp_path, component):
-    # The hooks engine reaches inside attention through transformers' attention seam; the nnterp
-    # engine reaches q, k, v and the pattern through nnsight, and refuses the scores by name.
+    # Both engines reach inside attention: the hooks engine through transformers' attention seam,
+    # the nnterp engine q, k, v through nnsight and the scores through the seam; a server does not.
     raw = doc("tiny-llama", {"inside": {"component": component, "layers": [0], "heads": [0]}},
               {"r": {"reads": {"x": {"site": "inside", "pos": -1, "input": "base"}}}},
               {"s": observe("r", [("out", "x")], rows={"base": "weekdays/train"})},
               roles={"base": {"field": "input"}})
     path = tmp_path / "w.causalab.json"
     path.write_text(json.dumps(raw))
-    compiler.compile_plan(raw, document=path, models=[MODELS], data=[DATA], engine="hooks")
-    if component == "attention_scores":
-        with pytest.raises(CompileError, match="--engine hooks") as err:
-            compiler.compile_plan(raw, document=path, models=[MODELS], data=[DATA], engine="nnterp")
+    for engine in ("hooks", "nnterp"):
+        compiler.compile_plan(raw, document=path, models=[MODELS], data=[DATA], engine=engine)
+    if component == "attention_scores":  # not on a server, which runs its own attention function
+        with pytest.raises(CompileError, match="remote server") as err:
+            compiler.compile_plan(raw, document=path, models=[MODELS], data=[DATA], engine="ndif")
         assert err.value.path == "sites.inside.component"
-    else:
-        compiler.compile_plan(raw, document=path, models=[MODELS], data=[DATA], engine="nnterp")
 
 
 @pytest.mark.parametrize("remote", [True, "local", "ndif"])

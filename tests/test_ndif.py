@@ -157,13 +157,21 @@ def test_a_shell_refuses_to_run_here_and_names_where_it_can(server, tmp_path):
 
 
 def test_compile_for_ndif_applies_the_nnterp_engines_refusals(tmp_path):
-    """Compiled weightless for "ndif" (no model loaded at all), a component nnsight cannot reach
-    on a family is refused as it is for nnterp."""
+    """Compiled weightless for "ndif" (no model loaded at all), a component a server cannot serve
+    on a family is refused by name."""
     raw = json.loads((V2 / "patching_gpt2.causalab.json").read_text())
     raw["sites"]["target"] = {"component": "attention_probs", "layers": [0]}
-    for engine in ("nnterp", "ndif"):
-        with pytest.raises(cm.CompileError, match="nnterp 1.3.0's own load-time check"):
-            cm.compile(raw, engine=engine, models=[MODELS], data=[DATA])
+    with pytest.raises(cm.CompileError, match="nnterp 1.3.0's own load-time check"):
+        cm.compile(raw, engine="ndif", models=[MODELS], data=[DATA])
+    # Here, the nnterp engine reaches it through transformers' attention function instead
+    # (engine/attention.py), which a server does not run; nor the scores, on any family.
+    # (A write of its own: a pattern swapped across prompts must line up key for key.)
+    raw["interventions"]["patching"]["writes"]["patch"] = {"site": "target", "pos": -1, "mechanism": "clamp",
+                                                           "params": {"max": 1.0}}
+    cm.compile(raw, engine="nnterp", models=[MODELS], data=[DATA])
+    raw["sites"]["target"] = {"component": "attention_scores", "layers": [0]}
+    with pytest.raises(cm.CompileError, match="a remote server runs its own attention function"):
+        cm.compile(raw, engine="ndif", models=[MODELS], data=[DATA])
 
 
 def test_an_image_text_model_is_refused_by_name_before_any_weight_is_read(monkeypatch, tmp_path):

@@ -26,7 +26,7 @@ pytest.importorskip("nnterp")
 
 from causalab_mini.engine import base, provenance, steps  # noqa: E402
 from causalab_mini.engine.nnterp import NNterpEngine  # noqa: E402
-from causalab_mini.errors import EngineError, Unsupported  # noqa: E402
+from causalab_mini.errors import EngineError  # noqa: E402
 from causalab_mini.plan.compile import compile_plan  # noqa: E402
 
 FAMILIES = ("tiny-llama", "tiny-gpt2", "tiny-gemma2")
@@ -495,10 +495,6 @@ def test_public_names_are_the_contract():
 
 
 def test_refusals(llama, tmp_path):
-    with pytest.raises(Unsupported, match="loaded without attention probabilities"):  # load(attention_probs=True)
-        llama.plan(tmp_path, {"p": {"component": "attention_probs", "layers": [0], "heads": [0]}},
-                   {"read": {"reads": {"x": {"site": "p", "pos": -1, "input": "base"}}}},
-                   {"read": observe("read", rows=("base",))})
     plan = patching_plan(llama, tmp_path, {"component": "block_output", "layers": [0]})
     with pytest.raises(EngineError, match="local directory"):  # refused before any network call
         llama.engine.execute(plan, remote=True)
@@ -528,7 +524,10 @@ def test_a_write_at_lm_head_reaches_the_models_logits(gemma2, tmp_path):
 
 def test_provenance_is_portable(llama):
     record = provenance.record(llama.engine, False, None)
-    assert set(record) == {"engine", "remote", "batch_size", "versions", "causalab_mini", "served_dtype", "model"}
+    assert set(record) == {"engine", "remote", "batch_size", "versions", "causalab_mini", "served_dtype", "model",
+                           "attention"}
+    # The attention implementation it was served with: transformers' default for this checkpoint.
+    assert record["attention"] == llama.engine.model._model.config._attn_implementation in ("sdpa", "eager")
     outer = hashlib.sha256()  # the checkpoint's weights, hashed here: names and bytes of its files
     for f in sorted((MODELS / "tiny-llama").glob("*.safetensors")):
         outer.update(f.name.encode() + b"\0" + hashlib.sha256(f.read_bytes()).digest())

@@ -25,6 +25,8 @@ from typing import Callable, Optional
 
 import torch
 
+from . import taps as taps_mod
+
 NAME = "causalab"
 LISTENER = "_causalab_attention_listener"  # the attribute on an attention module a forward sets
 
@@ -122,3 +124,17 @@ def from_rows(like: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
     """``as_rows``'s inverse, to ``like``'s shape."""
     rows, heads, seq, last = like.shape
     return new.reshape(rows, seq, heads, last).transpose(1, 2)
+
+
+def listener(parts: dict, forward, values: dict, featurizers: dict, step: list):
+    """What the seam calls on one attention module: the taps at each part it was given
+    (``{part: [taps]}``, in the forward's order), each part seen as (rows, seq, columns), the taps'
+    writes and reads run, the part handed back. ``step[0]``: the decode step of the call."""
+    def listen(part, x):
+        if part not in parts:
+            return x
+        seen = new = as_rows(part, x)
+        for tap in parts[part]:  # a shared forward: several points' selections of one part
+            new = taps_mod.run_tap(new, tap, forward, values, featurizers, None, step[0])
+        return x if new is seen else from_rows(x, new)
+    return listen

@@ -87,19 +87,6 @@ def _hook(module, where, tap, forward, values, featurizers, project, step):
     return module.register_forward_hook(hook)
 
 
-def _listener(parts: dict, forward, values, featurizers, step):
-    """What the attention seam calls on one attention module: each part a tap names (q, k, v, the
-    scores, the pattern) seen as (rows, seq, columns), its writes and reads run, handed back."""
-    def listen(part, x):
-        if part not in parts:
-            return x
-        seen = new = attention.as_rows(part, x)
-        for tap in parts[part]:  # in the forward's order (a shared forward: several points' selections)
-            new = taps.run_tap(new, tap, forward, values, featurizers, None, step[0])
-        return x if new is seen else attention.from_rows(x, new)
-    return listen
-
-
 class HooksEngine(AnswersFromFacts, Engine):
     name: ClassVar[str] = "hooks"
 
@@ -209,7 +196,7 @@ class HooksEngine(AnswersFromFacts, Engine):
                 raise EngineError(forward.taps[0].address.spelling(), "this forward taps inside attention, "
                                   "and the model was loaded without the attention seam",
                                   "load the model with this document (cm.load(doc)), which serves it so")
-            listeners = {module: _listener(parts, forward, values, featurizers, step)
+            listeners = {module: attention.listener(parts, forward, values, featurizers, step)
                          for module, parts in inside.items()}
             with attention.listening(listeners):
                 if forward.decode:

@@ -56,11 +56,11 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from ..components import INPUT
+from ..components import INPUT, PATTERNS
 from ..errors import CausalabError, CompileError, EngineError, ModelError, Unsupported
 from ..plan import plan as plan_module
 from ..model import loading
-from . import provenance, steps, taps
+from . import attention, provenance, steps, taps
 from . import standardize, unwrap
 from .complete import load_causal_lm
 from ..model.facts import AnswersFromFacts, ModelFacts
@@ -194,7 +194,9 @@ class NNterpEngine(AnswersFromFacts):
         from nnterp import StandardizedTransformer
         from nnterp.rename_utils import RenamingError
 
-        eager = attention_probs and facts.refusal("attention_probs", cls.name) is None
+        # nnterp's own route to the pattern, where it passes nnterp's check (else the seam serves it).
+        eager = (attention_probs and facts.refusal("attention_probs", cls.name) is None
+                 and facts.layout is not None and facts.layout.attention_pattern)
         options = dict(revision=loading.hub_revision(resolved), device_map=device_map,
                        dtype=loading.torch_dtype(ref), trust_remote_code=bool(trust_remote_code),
                        use_safetensors=True)  # never pickle: a .bin is outside the revision pin
@@ -242,14 +244,26 @@ class NNterpEngine(AnswersFromFacts):
     # --- compile-time members ---------------------------------------------------
     def locate(self, site, *, path: str, engine=None):
         address = self._facts.locate(site, path=path, engine=engine or self.name)
-        if address.component == "attention_probs" and not self.model.attn_probs_available:
-            raise Unsupported(f"{path}.component", "attention_probs needs eager attention, chosen at "
-                              "load, and this model was loaded without attention probabilities",
-                              "load it with NNterpEngine.load(..., attention_probs=True); "
-                              "`causalab-mini run` and causalab_mini.load do that when a document "
-                              "names attention_probs")
-        self._point(address, path)  # every interior and projection is found now, not in a trace
+        if address.component in PATTERNS and (address.component == "attention_scores"
+                                              or not self.model.attn_probs_available):
+            # The scores, and a pattern nnterp's own route does not serve here: through the attention
+            # function transformers calls (attention.py), the model served with it from here on.
+            if not self._weights():
+                raise Unsupported(f"{path}.component", f"{address.component} is reached through the "
+                                  "attention function the model is served with in this process, and this "
+                                  "model's weights are elsewhere", "run this document with a local engine")
+            attention.serve(self.model._model)
+        if not self._seamed(address.component):
+            self._point(address, path)  # every interior and projection is found now, not in a trace
         return address
+
+    def _weights(self) -> bool:
+        return not any(p.is_meta for p in self.model._model.parameters())
+
+    def _seamed(self, component: str) -> bool:
+        """Whether ``component`` is reached through the attention seam: a pattern, once the model
+        is served with it (nnterp's own route to the pattern reads an eager source it no longer runs)."""
+        return component in PATTERNS and attention.served(self.model._model)
 
     # --- run ----------------------------------------------------------------------
     def execute(self, plan, *, remote=False, batch_size=None, at_once=1, state=None):
@@ -286,8 +300,16 @@ class NNterpEngine(AnswersFromFacts):
     def forward(self, forward, values: dict, featurizers: dict) -> None:
         """One ``model.trace`` — or, when the forward decodes, one ``model.generate`` whose step
         iterator applies each step's taps (prompt-frame taps at the prefill, step 0)."""
-        groups = self._groups(forward.taps)
+        seamed = [t for t in forward.taps if self._seamed(t.address.component)]
+        groups = self._groups([t for t in forward.taps if not self._seamed(t.address.component)])
         model = self.model
+        inside: dict = {}  # attention module -> {part: [taps]}: the scores and pattern, through the seam
+        for tap in seamed:
+            module = model._model.get_submodule(self._found(tap.address.component, tap.address.layer,
+                                                            tap.address.spelling()).path)
+            inside.setdefault(module, {}).setdefault(tap.address.component, []).append(tap)
+        step = [None if not forward.decode else -1]  # the decode step the seam's call is in
+        listeners = {m: attention.listener(parts, forward, values, featurizers, step) for m, parts in inside.items()}
         project = self._project
         inputs = taps.model_inputs(forward, model._model.get_input_embeddings().weight.device)
         grad = torch.is_grad_enabled()  # the trace body runs in nnsight's worker thread
@@ -302,18 +324,25 @@ class NNterpEngine(AnswersFromFacts):
         apply = _apply_taps  # a local: the block names no module globals (see execute)
         unwrap.narrow(model._model, self._reached(forward.taps))
         if not forward.decode:
-            with _plain_errors(), model.trace(inputs):
+            with attention.listening(listeners), _plain_errors(), model.trace(inputs):
                 with torch.set_grad_enabled(grad):
                     apply(groups, ahead, forward, values, featurizers, project, None)
             return
         # generate derives position ids from the mask itself, and needs its cache.
         prompt = {"input_ids": inputs["input_ids"], "attention_mask": inputs["attention_mask"]}
         produced: dict = {}  # filled in the block: a name first bound there does not come back out
-        with _plain_errors(), model.generate(prompt, **taps.generation_options(forward, self.tokenizer)) as tracer:
-            with torch.set_grad_enabled(grad):
-                for step in tracer.iter[0:forward.decode]:
-                    apply(groups, ahead, forward, values, featurizers, project, step)
-                produced["ids"] = tracer.result
+        counter = model._model.register_forward_pre_hook(lambda *_: step.__setitem__(0, step[0] + 1)) \
+            if listeners else None
+        try:
+            with attention.listening(listeners), _plain_errors(), \
+                    model.generate(prompt, **taps.generation_options(forward, self.tokenizer)) as tracer:
+                with torch.set_grad_enabled(grad):
+                    for i in tracer.iter[0:forward.decode]:
+                        apply(groups, ahead, forward, values, featurizers, project, i)
+                    produced["ids"] = tracer.result
+        finally:
+            if counter is not None:
+                counter.remove()
         taps.finish_decode(forward, values, produced["ids"])
 
     # --- addresses --------------------------------------------------------------------

@@ -13,9 +13,10 @@ from typing import Any, Mapping, Optional
 from ..components import BEFORE_LAYERS, COMPONENTS, INTERIORS, PATTERNS, PUBLISHED_ROLES, Address
 from ..errors import CompileError
 from ..layouts import FAMILIES, UNKNOWN, Layout, OutputTransform, layout_for
-from ..engines import traced_names
+from ..engines import remote_names, traced_names
 
 TRACED = traced_names()  # the engines that trace through nnsight: nnterp's reach and refusals
+REMOTE = remote_names()  # the engines whose forwards run on a server (its own attention function)
 # Found through transformers' own published accessors (get_input_embeddings, get_output_embeddings,
 # the output's .logits), so they need no family layout.
 PUBLISHED = frozenset(n for n, c in COMPONENTS.items() if c.module in PUBLISHED_ROLES)
@@ -140,18 +141,26 @@ class ModelFacts:
         elif engine not in TRACED and not comp.hooks:  # an engine of module hooks, not of nnsight's tracing
             return (f"{component} is interior to a module's forward (no module boundary exposes it), "
                     "so a forward hook cannot reach it; run this document with --engine nnterp")
-        if engine in TRACED and component == "attention_scores":
-            return ("attention_scores is reached through transformers' attention-function registry, which "
-                    "the hooks engine taps and the nnterp engine does not yet; run this document with "
-                    "--engine hooks")
+
         if engine in TRACED and component in QKV and not layout.attention_call:
             return (f"{component} is an argument of the attention function call, and {layout.family}'s "
                     "attention computes q, k and v in its own forward with no such call; read "
                     "attention_z (the per-head result) instead")
-        if engine in TRACED and component == "attention_probs" and not layout.attention_pattern:
-            return (f"attention_probs on {layout.family} fails nnterp 1.3.0's own load-time check under "
-                    "transformers 5 (its route to the pattern does not exist there); read attention_z "
-                    "instead")
+        if engine in TRACED and component in PATTERNS:
+            # The nnterp engine reaches the scores, and a pattern nnterp 1.3.0's own route cannot,
+            # through transformers' attention function (engine/attention.py) — in this process: a
+            # remote engine's server runs its own attention function.
+            seam = layout.attention_call and engine not in REMOTE
+            if component == "attention_scores" and not seam:
+                why = ("a remote server runs its own attention function" if engine in REMOTE else
+                       f"{layout.family}'s attention does not call it")
+                return (f"attention_scores is reached through transformers' attention-function registry, "
+                        f"and {why}; read attention_probs or attention_z instead")
+            if component == "attention_probs" and not (layout.attention_pattern or seam):
+                return (f"attention_probs on {layout.family} fails nnterp 1.3.0's own load-time check under "
+                        "transformers 5 (its route to the pattern does not exist there)"
+                        + ("" if engine in REMOTE else f", and {layout.family}'s attention does not call "
+                           "transformers' attention function") + "; read attention_z instead")
         return None
 
     def locate(self, site, *, path: str, engine: str) -> Address:
