@@ -62,6 +62,22 @@ def family_root(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("families")
 
 
+@pytest.fixture(scope="module")
+def folders(family_root):
+    """``folder(case) -> (model key, the folder searched for it)``: a shipped model's key, or
+    ``"family:<name>"``, a tiny family checkpoint built (once per session) into ``family_root``."""
+    import families
+    from paths import MODELS
+
+    def folder(case: str) -> tuple[str, Path]:
+        if case.startswith("family:"):
+            family = case.removeprefix("family:")
+            families.build(family, family_root / family)
+            return family, family_root
+        return case, MODELS
+    return folder
+
+
 # --- the plugin run through pytester ----------------------------------------------------------
 
 def write_plugin_ini(pytester, extra: str = "") -> None:

@@ -26,8 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-import families
-from paths import DATA, MODELS, REPO
+from paths import DATA, REPO
 from reference import answer_id, hidden_of, with_hidden
 from samples import cli_command
 
@@ -227,18 +226,6 @@ def _values(result) -> list:
 
 
 # --------------------------------------------------------------------------- fixtures: each model once
-
-@pytest.fixture(scope="module")
-def folders(family_root):
-    def folder(case: str) -> tuple[str, Path]:
-        """(the document's model key, the folder searched for it)."""
-        if case.startswith("family:"):
-            family = case.removeprefix("family:")
-            families.build(family, family_root / family)
-            return family, family_root
-        return case, MODELS
-    return folder
-
 
 @pytest.fixture(scope="module")
 def hands(folders):

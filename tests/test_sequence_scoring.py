@@ -33,7 +33,6 @@ from pathlib import Path
 import pytest
 import torch
 
-import families
 from paths import DATA, MODELS
 from reference import hidden_of, with_hidden
 
@@ -235,18 +234,6 @@ def data_root(tmp_path_factory) -> Path:
 def _rows(dataset: str, data_root: Path) -> list[dict]:
     root = data_root if dataset == PHRASES else DATA
     return [json.loads(line) for line in (root / f"{dataset}.jsonl").read_text().splitlines() if line.strip()]
-
-
-@pytest.fixture(scope="module")
-def folders(family_root):
-    def folder(case: str) -> tuple[str, Path]:
-        """(the document's model key, the folder searched for it)."""
-        if case.startswith("family:"):
-            family = case.removeprefix("family:")
-            families.build(family, family_root / family)
-            return family, family_root
-        return case, MODELS
-    return folder
 
 
 @pytest.fixture(scope="module")
