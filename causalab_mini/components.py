@@ -96,7 +96,7 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
        "attention scores before the softmax: q·k scaled, the family's softcap, the mask added "
        "(a masked key holds the dtype's lowest number)", ATTENTION, INSIDE, UNFIXED),
     _C("attention_probs", "interior", "heads", True, 5, "keys of the padded batch",
-       "attention pattern (needs eager attention)", ATTENTION, INSIDE, UNFIXED),
+       "attention pattern: the softmax of the scores", ATTENTION, INSIDE, UNFIXED),
     _C("attention_z", "interior", "heads", True, 6, "len(heads)*head_dim",
        "per-head result: the input of the output projection", ATTENTION_PROJECTION, INPUT, HEADS),
     _C("attention_output", "module", "units", True, 7, "d_model",

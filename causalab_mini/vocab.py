@@ -212,9 +212,11 @@ def _metric_signature(m) -> str:
 
 
 def engines_reaching(component: Component) -> tuple[str, ...]:
-    """The local engines (engine/engines.py) that can tap ``component``: an engine tracing through
-    nnsight reaches inside a module's forward; one that does not stops at module boundaries."""
-    return tuple(n for n in engines.LOCAL_ENGINES if component.hooks or engines.record(n).traced)
+    """The local engines (engine/engines.py) that can tap ``component`` (on a family whose layout
+    places it): a module boundary is every engine's; inside attention, an engine tracing through
+    nnsight reaches it there, and one that does not through the attention function transformers
+    calls (engine/attention.py) — every local engine, on the families whose attention calls it."""
+    return tuple(engines.LOCAL_ENGINES)
 
 
 def _families():

@@ -33,14 +33,14 @@ class EngineCache:
         self._loaded: dict[tuple, object] = {}
 
     def __call__(self, source, engine: str, *, document: Path | None = None, models=(MODELS,),
-                 attention_probs: bool = False):
+                 attention_probs: bool = False, attention_seam: bool = False):
         """The ``engine`` ("hooks", "nnterp") loaded with ``source``'s model.
 
         ``source``: a document's path, a raw document (its first point names the model, as
         ``causalab_mini.load`` reads it; pass ``document`` when its model key is relative to
         where it lives), or a bare model section (``{"key": "tiny-llama", "dtype": "fp32"}``).
-        A document decides ``attention_probs`` itself (on where a point taps the pattern);
-        for a model section it is the argument. ``models``: model folders searched, as
+        A document decides ``attention_probs`` and ``attention_seam`` itself (on where a point
+        taps the pattern, or inside attention); for a model section they are the arguments. ``models``: model folders searched, as
         ``--models``.
         """
         from causalab_mini import api
@@ -55,16 +55,19 @@ class EngineCache:
             points = front.points(source)
             model = points[0].spec.model
             attention_probs = api.uses_attention_probs(points)
+            attention_seam = api.uses_attention_seam(points)
         else:
             model = loading.model_ref(source)
         resolved = loading.resolve(model.key, model.revision, document=document, roots=list(models))
         # The revision a section writes is checked by resolve and then is the digest, or absent:
         # the resolved digest stands for it, so a pinned and an unpinned section share an engine.
         where = str(Path(resolved.source).resolve()) if resolved.local else resolved.source
-        key = (engine, model.model_dump_json(exclude={"revision"}), where, resolved.revision, attention_probs)
+        key = (engine, model.model_dump_json(exclude={"revision"}), where, resolved.revision, attention_probs,
+               attention_seam)
         if key not in self._loaded:
             self._loaded[key] = registry.engine_class(engine).load(
-                model, document=document, models=list(models), attention_probs=attention_probs)
+                model, document=document, models=list(models), attention_probs=attention_probs,
+                attention_seam=attention_seam)
         return self._loaded[key]
 
     def clear(self) -> None:

@@ -31,6 +31,7 @@ import pytest
 import torch
 
 import families
+from paths import DATA, MODELS, REPO
 from reference import padded
 from test_families import REFERENCE
 import causalab_mini as cm
@@ -477,3 +478,19 @@ def test_run_json_records_the_attention_implementation(cases, tmp_path):
     assert recorded(tmp_path / "loaded_plain") == "sdpa"
     cm.run(tapped, loaded=loaded, models=[root], data=[data], out=tmp_path / "loaded_tapped")
     assert recorded(tmp_path / "loaded_tapped") == "causalab"
+
+
+@pytest.mark.parametrize("component", ["attention_key", "attention_value"])
+def test_a_key_or_value_write_in_a_decoding_pass_is_refused(tmp_path, component):
+    # The model caches keys and values before its attention function sees them: a write there would
+    # reach the prompt's own attention and not one generated token's. Refused at compile time.
+    raw = json.loads((REPO / "documents" / "v2" / "patching.causalab.json").read_text())
+    raw["sites"]["target"] = {"component": component, "layers": [0], "heads": [0]}
+    patching = raw["interventions"]["patching"]
+    patching["writes"]["patch"] = {"site": "target", "pos": -1, "mechanism": "swap", "operand": 0.0}
+    patching["reads"].pop("v_cf")
+    patching["decode"] = 2
+    for engine in ("hooks", "nnterp"):
+        with pytest.raises(CompileError, match="caches keys and values") as caught:
+            cm.compile(raw, engine=engine, models=[MODELS], data=[DATA])
+        assert caught.value.path == "interventions.patching.writes.patch.site" and caught.value.fix

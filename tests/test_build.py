@@ -334,16 +334,16 @@ def test_an_operand_as_wide_as_another_site_is_refused(tmp_path):
     assert obs.forwards[1].writes[0].address.width == 3
 
 
-def test_an_interior_is_refused_by_name_on_the_hooks_engine(tmp_path):
+def test_an_interior_compiles_on_both_engines(tmp_path):
+    # Inside attention: the nnterp engine through nnsight, the hooks engine through the attention
+    # function transformers calls (engine/attention.py); the same address and width on both.
     doc = base()
     doc["sites"]["q"] = {"component": "attention_query", "layers": [0], "heads": [0]}
     iv(doc)["reads"]["q"] = {"site": "q", "pos": -1, "input": "base"}
-    err = refused(doc, tmp_path, CompileError, "sites.q.component", "the hooks engine cannot reach attention_query",
-                  engine="hooks")
-    assert "--engine nnterp" in err.fix
-    obs = _score(compile_doc(doc, tmp_path, engine="nnterp"))
-    (q,) = [r for f in obs.forwards for r in f.reads if r.name == "q"]
-    assert q.address.spelling() == "attention_query[0].heads[0]" and q.width == 8
+    for engine in ("nnterp", "hooks"):
+        obs = _score(compile_doc(doc, tmp_path, engine=engine))
+        (q,) = [r for f in obs.forwards for r in f.reads if r.name == "q"]
+        assert q.address.spelling() == "attention_query[0].heads[0]" and q.width == 8
 
 
 # --------------------------------------------------------------------------- model and data

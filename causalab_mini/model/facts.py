@@ -118,7 +118,6 @@ class ModelFacts:
 
         The sentence names the component, the family and what to use instead.
         """
-        comp = COMPONENTS[component]
         layout = self.layout
         if layout is None and component not in PUBLISHED:
             known = ", ".join(sorted(FAMILIES))
@@ -138,9 +137,6 @@ class ModelFacts:
                 return (f"{component} is inside {layout.family}'s attention, which computes its pattern in "
                         "its own forward rather than through transformers' attention-function registry, so "
                         "no registered function sees it; read attention_z (the per-head result) instead")
-        elif engine not in TRACED and not comp.hooks:  # an engine of module hooks, not of nnsight's tracing
-            return (f"{component} is interior to a module's forward (no module boundary exposes it), "
-                    "so a forward hook cannot reach it; run this document with --engine nnterp")
 
         if engine in TRACED and component in QKV and not layout.attention_call:
             return (f"{component} is an argument of the attention function call, and {layout.family}'s "

@@ -323,6 +323,14 @@ class _PointCompiler:
             wpath = f"{ipath}.writes.{wname}"
             address = self._address(w.site, wpath, w.pos, tokens)
             self._check_cut(wpath, wname, w.pos, tokens)
+            if iv.decode and address.component in ("attention_key", "attention_value"):
+                # The model caches its keys and values before the attention function sees them: the
+                # prompt's own attention would take the write, every generated token the original.
+                raise CompileError(f"{wpath}.site", f"{address.component} written in a pass that decodes: "
+                                   "the model caches keys and values before its attention sees them, so "
+                                   "the generated tokens would read the unwritten ones",
+                                   "write it in a pass without decode, or write attention_output or the "
+                                   "residual stream instead")
             if w.features is not None:
                 space = self.spaces[w.featurizer] if w.featurizer else address.width
                 bad = [f for f in w.features if f >= space]
