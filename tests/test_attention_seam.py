@@ -494,3 +494,18 @@ def test_a_key_or_value_write_in_a_decoding_pass_is_refused(tmp_path, component)
         with pytest.raises(CompileError, match="caches keys and values") as caught:
             cm.compile(raw, engine=engine, models=[MODELS], data=[DATA])
         assert caught.value.path == "interventions.patching.writes.patch.site" and caught.value.fix
+
+
+def test_a_session_sent_elsewhere_is_refused_what_the_seam_serves(tmp_path):
+    # The seam's listeners run in this process's model call; nnsight's local simulation of a remote
+    # run (a session executed after the walk) would run the model without them: refused by name.
+    from causalab_mini.errors import Unsupported
+
+    raw = json.loads((REPO / "documents" / "v2" / "patching.causalab.json").read_text())
+    raw["sites"]["scores"] = {"component": "attention_scores", "layers": [0], "heads": [1]}
+    raw["interventions"]["patching"]["reads"]["s"] = {"site": "scores", "pos": -1, "input": "base"}
+    engine = cm.load(raw, engine="nnterp", models=[MODELS])
+    plan = cm.compile(raw, loaded=engine, data=[DATA])
+    with pytest.raises(Unsupported, match="a session sent elsewhere does not run") as caught:
+        engine.execute(plan, remote="local")
+    assert caught.value.path == "attention_scores[0].heads[1]" and caught.value.fix

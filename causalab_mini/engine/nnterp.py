@@ -285,6 +285,14 @@ class NNterpEngine(AnswersFromFacts):
         # a second ``causalab_mini`` whose Plan is not the class of this plan — while the
         # locals are the caller's own objects. Remotely both resolve by import on the server.
         walk, results_of, save = steps.run, plan_module.results_of, nnsight.save
+        seamed = sorted({t.address.spelling() for _, step in plan.walk() for f in getattr(step, "forwards", ())
+                         for t in f.taps if self._seamed(t.address.component)})
+        if seamed:
+            # The seam's listeners run in this process's model call; a session's traces run where
+            # it is sent, after this walk has returned, and would run without them.
+            raise Unsupported(seamed[0], "reached through the attention function the model is served "
+                              "with in this process, which a session sent elsewhere does not run",
+                              "run this document without remote")
         with _plain_errors(), model.session(**options):
             walk(engine, plan, batch_size=batch_size, at_once=at_once, state=state)
             # What comes home is plain — strings and tensors by step path. Saved after the
