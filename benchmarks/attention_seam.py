@@ -58,7 +58,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
 from transformers.masking_utils import AttentionMaskInterface, eager_mask  # noqa: E402
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterface  # noqa: E402
 
-NAME = "causalab"
+sys.path.insert(0, str(REPO))
+from causalab_mini.engine import attention as seam  # noqa: E402  (the function measured)
+
+NAME = "causalab_probe"  # not the project's own name: this script registers its observer around it
 TEXTS = ["The quick brown fox jumps over the lazy dog near the river", "Hello world"]
 STANDARD = {"scaling", "dropout", "softcap", "sliding_window"}
 
@@ -70,52 +73,41 @@ STANDARD = {"scaling", "dropout", "softcap", "sliding_window"}
 _state: dict = {"hook": None, "calls": 0}
 
 
-def repeat_kv(x: torch.Tensor, n_rep: int) -> torch.Tensor:
-    """(batch, kv_heads, seq, dim) -> (batch, kv_heads * n_rep, seq, dim), each kv head repeated in place."""
-    if n_rep == 1:
-        return x
-    b, h, s, d = x.shape
-    return x[:, :, None].expand(b, h, n_rep, s, d).reshape(b, h * n_rep, s, d)
-
-
 def causalab_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
                        sliding_window=None, **kwargs):
-    """The standard eager attention, with an observer that can read and replace the pattern.
+    """The project's registered attention function (``causalab_mini/engine/attention.py``: the
+    standard eager math with a per-module listener), with this script's observer on its listener.
 
     query (batch, heads, q, head_dim); key/value (batch, kv_heads, k, head_dim), as the module passes
     them (after rotary / q-k norms; OPT passes q already multiplied by head_dim**-0.5 and scaling=1).
-    ``sliding_window`` is ignored: the window is already in ``attention_mask`` (as in every eager path).
     The hook is called as ``hook(layer, q, k, v, scores, probs, module=..., kwargs=...)`` where k, v are
     repeated to one per query head, ``scores`` are after scaling, softcap and the additive mask
     (masked positions hold ``finfo(dtype).min``, or the alibi bias where the family folds it into the
     mask), ``probs`` are the softmax; a returned tensor replaces ``probs``.
     """
-    if scaling is None:  # gemma2/3 and gpt2 eager default: head_dim ** -0.5
-        scaling = query.shape[-1] ** -0.5
-    n_rep = query.shape[1] // key.shape[1]
-    key_states = repeat_kv(key, n_rep)
-    value_states = repeat_kv(value, n_rep)
-
-    scores = torch.matmul(query, key_states.transpose(2, 3)) * scaling
-    if softcap is not None:
-        scores = torch.tanh(scores / softcap) * softcap
-    if attention_mask is not None:
-        scores = scores + attention_mask
-    probs = torch.nn.functional.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-
     hook = _state["hook"]
     _state["calls"] += 1
-    if hook is not None:
-        layer = getattr(module, "layer_idx", None)
-        all_kwargs = dict(kwargs, scaling=scaling, dropout=dropout, softcap=softcap, sliding_window=sliding_window,
-                          attention_mask=attention_mask)
-        replaced = hook(layer, query, key_states, value_states, scores, probs, module=module, kwargs=all_kwargs)
-        if replaced is not None:
-            probs = replaced.to(probs.dtype)
+    seen: dict = {}
 
-    probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
-    out = torch.matmul(probs, value_states).transpose(1, 2).contiguous()
-    return out, probs
+    def listen(part, x):
+        seen[part] = x
+        if part != "attention_probs" or hook is None:
+            return x
+        q, k, v = seen["attention_query"], seen["attention_key"], seen["attention_value"]
+        groups = q.shape[1] // k.shape[1]
+        all_kwargs = dict(kwargs, scaling=scaling if scaling is not None else q.shape[-1] ** -0.5,
+                          dropout=dropout, softcap=softcap, sliding_window=sliding_window,
+                          attention_mask=attention_mask)
+        replaced = hook(getattr(module, "layer_idx", None), q, seam._repeat(k, groups), seam._repeat(v, groups),
+                        seen["attention_scores"], x, module=module, kwargs=all_kwargs)
+        return x if replaced is None else replaced.to(x.dtype)
+
+    setattr(module, seam.LISTENER, listen)
+    try:
+        return seam.attention(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout,
+                              softcap=softcap, sliding_window=sliding_window, **kwargs)
+    finally:
+        delattr(module, seam.LISTENER)
 
 
 AttentionInterface.register(NAME, causalab_attention)
