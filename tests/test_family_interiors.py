@@ -73,7 +73,7 @@ def interiors(family: str, components: tuple[str, ...]) -> dict:
     """The family's document (the matrix's header, roles and model) reading ``components`` at layer 1,
     the last token of the base prompts, in one step; each site and output is named by its component."""
     raw = document(family, ())
-    heads = {c: PROBS_HEADS if c == "attention_probs" else [QKV_HEAD] for c in components}
+    heads = {c: PROBS_HEADS if c in ("attention_probs", "attention_scores") else [QKV_HEAD] for c in components}
     sites = {c: {"component": c, "layers": [LAYER], "heads": heads[c]} for c in components}
     reads = {c: {"site": c, "pos": -1, "input": "base"} for c in components}
     step = _observe("interiors")
@@ -85,7 +85,8 @@ def interiors(family: str, components: tuple[str, ...]) -> dict:
 def reachable(family: str) -> tuple[str, ...]:
     """The interiors the family's layout lets the nnterp engine reach."""
     layout = _layout(family)
-    return (("attention_probs",) if family in PATTERN else ()) + (QKV if layout.attention_call else ())
+    return ((("attention_probs",) if family in PATTERN else ())
+            + ((*QKV, "attention_scores") if layout.attention_call else ()))
 
 
 def run_engine(root: Path, family: str) -> dict[str, torch.Tensor]:
@@ -103,11 +104,23 @@ _CAUGHT: dict = {}  # the attention module to watch, and what its call was hande
 
 
 def _capture(module, query, key, value, attention_mask, **kwargs):
-    """An attention function: keeps the arguments layer 1's call is handed, runs the family's eager one."""
-    if module is _CAUGHT.get("module"):
-        _CAUGHT["qkv"] = (query.detach().clone(), key.detach().clone(), value.detach().clone())
+    """An attention function: keeps the arguments layer 1's call is handed, and the input of the
+    softmax the family's own eager function takes there (its scores), and runs that eager function."""
     eager = importlib.import_module(type(module).__module__).eager_attention_forward
-    return eager(module, query, key, value, attention_mask, **kwargs)
+    if module is not _CAUGHT.get("module"):
+        return eager(module, query, key, value, attention_mask, **kwargs)
+    _CAUGHT["qkv"] = (query.detach().clone(), key.detach().clone(), value.detach().clone())
+    softmax = torch.nn.functional.softmax
+
+    def keeping(x, *args, **kw):
+        if x.dim() == 4 and "scores" not in _CAUGHT:
+            _CAUGHT["scores"] = x.detach().clone()
+        return softmax(x, *args, **kw)
+    torch.nn.functional.softmax = keeping
+    try:
+        return eager(module, query, key, value, attention_mask, **kwargs)
+    finally:
+        torch.nn.functional.softmax = softmax
 
 
 def _register():
@@ -160,9 +173,12 @@ class Raw:
         try:
             for ids in self.base:
                 _CAUGHT.pop("qkv", None)
+                _CAUGHT.pop("scores", None)
                 with torch.no_grad():
                     model(input_ids=torch.tensor([ids]), use_cache=False)
                 assert "qkv" in _CAUGHT, f"{self.family}: layer {LAYER}'s attention never called the interface"
+                assert "scores" in _CAUGHT, f"{self.family}: the eager function took no 4-D softmax"
+                got.setdefault("attention_scores", []).append(_CAUGHT["scores"][0, PROBS_HEADS, -1, :])
                 for name, x in zip(QKV, _CAUGHT["qkv"]):
                     assert x.dim() == 4 and x.shape[0] == 1 and x.shape[2] == len(ids), (name, x.shape)
                     got.setdefault(name, []).append(x[0, QKV_HEAD, -1])
@@ -170,7 +186,7 @@ class Raw:
                         got.setdefault(f"other.{name}", []).append(x[0, 1, -1])
         finally:
             _CAUGHT.clear()
-        return {name: torch.stack(v) for name, v in got.items()}
+        return {name: (v if name == "attention_scores" else torch.stack(v)) for name, v in got.items()}
 
 
 # --- fixtures: a checkpoint per family, the engine run once ---------------------------------------
@@ -224,6 +240,27 @@ def test_attention_probs_equal_eager_output_attentions(family_root, family):
 @pytest.mark.parametrize("family", NO_PATTERN)
 def test_attention_probs_refused_at_compile_time(family_root, family):
     assert "attention_z" in refusal(family_root, family, "attention_probs")  # what to use instead
+
+
+# --- the scores ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("family", CALL)
+def test_attention_scores_equal_the_eager_softmax_input(family_root, family):
+    """The nnterp engine's scores (through transformers' attention function, engine/attention.py)
+    against the input of the softmax in the family's own eager function, row by row unpadded: equal on
+    the row's real keys, the padded keys masked."""
+    runs = _runs(family_root, family)
+    got, want = runs["nnterp"]["attention_scores"], runs["raw"].qkv()["attention_scores"]
+    heads = len(PROBS_HEADS)
+    keys = max(len(ids) for ids in runs["raw"].base)
+    assert got.shape == (len(want), heads * keys), got.shape
+    for row, scores in enumerate(want):
+        length = scores.shape[-1]
+        mine = got[row].view(heads, keys)
+        torch.testing.assert_close(mine[:, keys - length:], scores, rtol=1e-5, atol=ATOL,
+                                   msg=lambda m: f"{family} row {row}: {m}")
+        # a padded key holds the mask's value: the dtype's lowest number, never a finite score
+        assert (mine[:, :keys - length] <= torch.finfo(mine.dtype).min / 2).all(), f"{family} row {row}"
 
 
 # --- q / k / v -----------------------------------------------------------------------------------
