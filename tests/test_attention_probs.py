@@ -268,38 +268,41 @@ def _raw(family, site):
             "steps": {"read": {"kind": "observe", "interventions": "read", "rows": {"base": "weekdays/train"}}}}
 
 
-def test_an_engine_loaded_without_attention_probs_serves_the_attention_seam(tmp_path):
-    # nnterp's own route needs eager attention chosen at load; a model loaded without it reaches
-    # the pattern through transformers' attention function instead (engine/attention.py), the
-    # model served with it from the compile on — and says so.
+def test_an_engine_loaded_without_the_pattern_refuses_it(tmp_path):
+    # The pattern is reached through nnterp's own route (eager attention, chosen at load) or the
+    # attention seam (chosen at load): a model loaded with neither refuses it, saying how to load.
     plain = NNterpEngine.load({"key": "tiny-llama", "dtype": "fp32"}, models=[MODELS])
     assert plain.model._model.config._attn_implementation != "eager"  # loading stays as it was
-    compile_plan(_raw("tiny-llama", _pattern_site(0, [0])), document=tmp_path / "d.causalab.json",
-                 facts=plain, models=[MODELS], data=[DATA])
-    assert plain.model._model.config._attn_implementation == "causalab"
+    with pytest.raises(Unsupported, match="loaded without it") as caught:
+        compile_plan(_raw("tiny-llama", _pattern_site(0, [0])), document=tmp_path / "d.causalab.json",
+                     facts=plain, models=[MODELS], data=[DATA])
+    assert str(caught.value).startswith("sites.p.component: attention_probs") and "attention_seam" in caught.value.fix
+    assert plain.model._model.config._attn_implementation != "causalab"  # never switched under it
 
 
 def test_load_asks_for_attention_probs_only_when_a_document_taps_them(tmp_path):
     doc = tmp_path / "d.causalab.json"
     tapped = cm.read(_raw("tiny-llama", _pattern_site(0, [0])), path=doc)
-    assert tapped.attention_probs
+    assert tapped.attention_probs and tapped.attention_seam
     engine = cm.load(tapped, models=[MODELS])
-    assert engine.model.attn_probs_available
-    assert engine.model._model.config._attn_implementation == "eager"
+    # Served with the attention seam (engine/attention.py), which reaches the pattern itself.
+    assert engine.model._model.config._attn_implementation == "causalab"
     untapped = cm.read(_raw("tiny-llama", {"component": "block_output", "layers": [0]}), path=doc)
-    assert not untapped.attention_probs
+    assert not untapped.attention_probs and not untapped.attention_seam
     plain = cm.load(untapped, models=[MODELS])
     assert not plain.model.attn_probs_available
+    assert plain.model._model.config._attn_implementation not in ("eager", "causalab")
 
 
 def test_gpt2_is_reached_through_the_attention_seam(tmp_path):
-    # nnterp 1.3.0's own route to GPT-2's pattern fails its check under transformers 5: the load
-    # does not ask for it, and the compile serves the model with the attention seam instead.
-    engine = NNterpEngine.load({"key": "tiny-gpt2", "dtype": "fp32"}, models=[MODELS], attention_probs=True)
+    # nnterp 1.3.0's own route to GPT-2's pattern fails its check under transformers 5: a model
+    # loaded with the attention seam reaches the pattern through it instead.
+    engine = NNterpEngine.load({"key": "tiny-gpt2", "dtype": "fp32"}, models=[MODELS], attention_probs=True,
+                               attention_seam=True)
     assert not engine.model.attn_probs_available
+    assert engine.model._model.config._attn_implementation == "causalab"
     compile_plan(_raw("tiny-gpt2", _pattern_site(0, [0])), document=tmp_path / "d.causalab.json",
                  facts=engine, models=[MODELS], data=[DATA])
-    assert engine.model._model.config._attn_implementation == "causalab"
 
 
 def test_a_featurizer_or_a_decode_step_on_the_pattern_is_refused(tmp_path):

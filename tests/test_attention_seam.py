@@ -472,12 +472,15 @@ def test_run_json_records_the_attention_implementation(cases, tmp_path):
     assert recorded(tmp_path / "plain") == case.default == "sdpa"
     cm.run(tapped, engine="hooks", models=[root], data=[data], out=tmp_path / "tapped")  # served at load
     assert recorded(tmp_path / "tapped") == "causalab"
-    # a model loaded for a document without interiors, served when a plan that has them compiles
+    # A model loaded for a document without interiors is never switched under its other runs: a
+    # plan that taps inside attention is refused at compile time, saying how to load it.
     loaded = cm.load(plain, engine="hooks", models=[root])
     cm.run(plain, loaded=loaded, models=[root], data=[data], out=tmp_path / "loaded_plain")
     assert recorded(tmp_path / "loaded_plain") == "sdpa"
-    cm.run(tapped, loaded=loaded, models=[root], data=[data], out=tmp_path / "loaded_tapped")
-    assert recorded(tmp_path / "loaded_tapped") == "causalab"
+    with pytest.raises(cm.Unsupported, match="loaded without it") as caught:
+        cm.run(tapped, loaded=loaded, models=[root], data=[data], out=tmp_path / "loaded_tapped")
+    assert "cm.load" in caught.value.fix or "causalab_mini.load(doc)" in caught.value.fix
+    assert not (tmp_path / "loaded_tapped").exists() and not attention.served(loaded.model)
 
 
 @pytest.mark.parametrize("component", ["attention_key", "attention_value"])

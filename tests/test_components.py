@@ -109,7 +109,9 @@ def _reads_every(model: str, names) -> dict:
 @pytest.mark.parametrize("engine_name", ENGINES)
 @pytest.mark.parametrize("model", (*SHIPPED, GROUPED))
 def test_each_engine_reports_and_reads_the_width_the_record_gives(engines, grouped_root, model, engine_name):
-    engine = engines({"key": model, "dtype": "fp32"}, engine_name, models=_roots(model, grouped_root))
+    # Served with the attention seam, so every interior is reached (chosen at load, as cm.load does).
+    engine = engines({"key": model, "dtype": "fp32"}, engine_name, models=_roots(model, grouped_root),
+                     attention_seam=True)
     sizes = _sizes_by_hand(model, grouped_root)
     sized = [n for n in COMPONENTS if n not in PATTERNS]
     for name in sized:

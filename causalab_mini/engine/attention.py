@@ -28,6 +28,9 @@ import torch
 from . import taps as taps_mod
 
 NAME = "causalab"
+# What to do when a plan taps inside attention on a model loaded without the seam.
+LOAD_FIX = ("load the model with this document (causalab_mini.load(doc), `causalab-mini run` and the "
+            "pytest plugin do), or an engine's load(..., attention_seam=True)")
 LISTENER = "_causalab_attention_listener"  # the attribute on an attention module a forward sets
 
 _registered: list = []

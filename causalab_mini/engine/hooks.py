@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..components import INPUT, INSIDE, INTERIORS
-from ..errors import EngineError
+from ..errors import EngineError, Unsupported
 from ..model import loading
 from . import attention, provenance, standardize, steps, taps
 from .base import Engine
@@ -140,8 +140,9 @@ class HooksEngine(AnswersFromFacts, Engine):
         except (OSError, ValueError) as err:
             raise loading._hub_failure(resolved, err, described.roots) from None
         loading.freeze(model)
-        if attention_seam or attention_probs:
-            attention.serve(model)
+        layout = described.facts.layout
+        if (attention_seam or attention_probs) and layout is not None and layout.attention_call:
+            attention.serve(model)  # GPT-Neo, BLOOM: their interiors are refused at compile time
         return cls(model, described.facts)
 
     # --- compile time -------------------------------------------------------------------------
@@ -152,9 +153,10 @@ class HooksEngine(AnswersFromFacts, Engine):
         address = self._facts.locate(site, path=path, engine=self.name)
         self._module(address)  # found now, so a module the layout misplaces is refused at compile time
         if address.component in INTERIORS and not attention.served(self.model):
-            # A plan that taps inside attention is compiled against a model loaded for another
-            # document: served with the attention seam from here on (run.json records it).
-            attention.serve(self.model)
+            # Chosen at load, never switched under a loaded model: another run on it would change.
+            raise Unsupported(f"{path}.component", f"{address.component} is inside attention, reached through "
+                              "the attention function the model is served with when it loads, and this "
+                              "model was loaded without it", attention.LOAD_FIX)
         return address
 
     # --- run time -----------------------------------------------------------------------------

@@ -164,19 +164,23 @@ class NNterpEngine(AnswersFromFacts):
              attention_seam: bool = False) -> "NNterpEngine":
         """The document's model through nnterp, weights dispatched at load, then frozen.
 
-        ``attention_probs=True`` loads with eager attention so the pattern can be tapped
-        (nnterp's ``enable_attention_probs``, checked by nnterp at load). Off by default:
+        ``attention_seam=True`` (a document tapping inside attention) serves the model with the
+        attention function that reaches the scores and the pattern (attention.py); without it,
+        ``attention_probs=True`` loads with eager attention so nnterp's own route reaches the pattern
+        (``enable_attention_probs``, checked by nnterp at load). Off by default:
         eager is slower than the fused kernels and rounds differently from a default load.
         On a family whose pattern this engine refuses (GPT-2) it is ignored, so the
         document is refused at compile time by name rather than inside nnterp's check.
         """
+        # With the attention seam (a document tapping inside attention) the pattern comes through it
+        # too: nnterp's own route reads an eager source the served model no longer runs.
         return cls._standardized(model_ref, document=document, models=models, device_map=device_map,
                                  trust_remote_code=trust_remote_code, attention_probs=attention_probs,
-                                 weights=True)
+                                 weights=True, attention_seam=attention_seam)
 
     @classmethod
     def _standardized(cls, model_ref, *, document, models, device_map, trust_remote_code, attention_probs,
-                      weights: bool) -> "NNterpEngine":
+                      weights: bool, attention_seam: bool = False) -> "NNterpEngine":
         """The model as nnterp's StandardizedTransformer: with its weights dispatched, or — ``weights=False``,
         the ndif engine's shell — its structure on the meta device, no weight file opened (nnsight's
         ``dispatch=False``; nnterp's ``remote=True`` checks its renaming by a scan, never a forward)."""
@@ -194,8 +198,11 @@ class NNterpEngine(AnswersFromFacts):
         from nnterp import StandardizedTransformer
         from nnterp.rename_utils import RenamingError
 
-        # nnterp's own route to the pattern, where it passes nnterp's check (else the seam serves it).
-        eager = (attention_probs and facts.refusal("attention_probs", cls.name) is None
+        # The attention seam, for a family whose attention calls transformers' attention function
+        # (GPT-Neo and BLOOM compute theirs in their own forward); with it the pattern comes through
+        # it too. Else nnterp's own route to the pattern, where it passes nnterp's check.
+        seam = (attention_seam and weights and facts.layout is not None and facts.layout.attention_call)
+        eager = (attention_probs and not seam and facts.refusal("attention_probs", cls.name) is None
                  and facts.layout is not None and facts.layout.attention_pattern)
         options = dict(revision=loading.hub_revision(resolved), device_map=device_map,
                        dtype=loading.torch_dtype(ref), trust_remote_code=bool(trust_remote_code),
@@ -237,6 +244,8 @@ class NNterpEngine(AnswersFromFacts):
             except (OSError, ValueError) as err:  # no safetensors weights, a broken file, ...
                 raise loading._hub_failure(resolved, err, roots) from None
         loading.freeze(model._model)
+        if seam:
+            attention.serve(model._model)
         if weights:  # its forwards run here: each keeps nnsight's wrapping only where its taps are (unwrap.py)
             unwrap.manage(model._model, model.interleaver)
         return cls(model, facts)
@@ -244,21 +253,16 @@ class NNterpEngine(AnswersFromFacts):
     # --- compile-time members ---------------------------------------------------
     def locate(self, site, *, path: str, engine=None):
         address = self._facts.locate(site, path=path, engine=engine or self.name)
-        if address.component in PATTERNS and (address.component == "attention_scores"
-                                              or not self.model.attn_probs_available):
-            # The scores, and a pattern nnterp's own route does not serve here: through the attention
-            # function transformers calls (attention.py), the model served with it from here on.
-            if not self._weights():
-                raise Unsupported(f"{path}.component", f"{address.component} is reached through the "
-                                  "attention function the model is served with in this process, and this "
-                                  "model's weights are elsewhere", "run this document with a local engine")
-            attention.serve(self.model._model)
+        if address.component in PATTERNS and not attention.served(self.model._model) and (
+                address.component == "attention_scores" or not self.model.attn_probs_available):
+            # The scores, and a pattern nnterp's own route does not serve: through the attention
+            # function transformers calls (attention.py), chosen when the model loads.
+            raise Unsupported(f"{path}.component", f"{address.component} is reached through the attention "
+                              "function the model is served with when it loads, and this model was loaded "
+                              "without it", attention.LOAD_FIX)
         if not self._seamed(address.component):
             self._point(address, path)  # every interior and projection is found now, not in a trace
         return address
-
-    def _weights(self) -> bool:
-        return not any(p.is_meta for p in self.model._model.parameters())
 
     def _seamed(self, component: str) -> bool:
         """Whether ``component`` is reached through the attention seam: a pattern, once the model
