@@ -8,10 +8,12 @@ metadata::
     my_metrics = "my_metrics.plugin"
 
 or named by the user (``cm.run(..., plugins=["my_metrics.plugin"])``, ``--causalab-plugins``, the
-CLI's ``--plugin``). The project's own kinds are the first plugin (``builtin``, below): every kind,
-theirs and ours, enters its registry through the same call (``metric_kinds.register_metric``,
-``vocab.register_mechanism``), is listed by ``causalab-mini vocab`` with where it came from, and is
-scored by the same code on both engines — a kind sees torch tensors, never an engine.
+CLI's ``--plugin``). Every kind, theirs and the project's own (registered when their modules
+import, so ``vocab`` and validation need no plugin machinery), enters its registry through the same
+call (``metric_kinds.register_metric``, ``vocab.register_mechanism``,
+``vocab.register_featurizer_kind``), is listed by ``causalab-mini vocab`` with where it came from
+(``origin``), and is scored by the same code on both engines — a kind sees torch tensors, never an
+engine.
 
 A document that uses an extension's kind names its distribution (``"extensions": [...]``); a
 run records each one it used — distribution, version, a digest of its source — in ``run.json``
@@ -76,31 +78,13 @@ class Extension:
                 "source_sha256": self.digest}
 
 
-class _Builtin:
-    """The project's own kinds, as the first plugin: they are registered at import (vocab and
-    metric_kinds import without pluggy), and listed here so ``vocab`` shows one table of origins."""
-
-    @hookimpl
-    def causalab_mini_metric_kinds(self):
-        return [k for k in metric_kinds.METRICS.values() if k.origin == BUILT_IN]
-
-    @hookimpl
-    def causalab_mini_mechanisms(self):
-        return [m for m in vocab.MECHANISMS.values() if m.apply is None]
-
-    @hookimpl
-    def causalab_mini_featurizer_kinds(self):
-        return [f for f in vocab.FEATURIZERS.values() if f.make is None]
-
-
 _STATE: dict = {"manager": None, "extensions": {}, "discovered": False}
 
 
 def manager() -> pluggy.PluginManager:
     if _STATE["manager"] is None:
         pm = pluggy.PluginManager(PROJECT)
-        pm.add_hookspecs(Specs)
-        pm.register(_Builtin(), name=BUILT_IN)
+        pm.add_hookspecs(Specs)  # registering an extension checks its hooks against these
         _STATE["manager"] = pm
     return _STATE["manager"]
 
@@ -197,9 +181,9 @@ def _add(plugin, name: str, version: Optional[str], module: str) -> Extension:
                      f"{sorted(n for n in vars(Specs) if n.startswith('causalab_mini_'))}")
         return ext
     try:
-        kinds = _records(pm, plugin, "causalab_mini_metric_kinds", metric_kinds.MetricKind, name)
-        mechanisms = _records(pm, plugin, "causalab_mini_mechanisms", vocab.Mechanism, name)
-        featurizers = _records(pm, plugin, "causalab_mini_featurizer_kinds", vocab.FeaturizerKind, name)
+        kinds = _records(plugin, "causalab_mini_metric_kinds", metric_kinds.MetricKind, name)
+        mechanisms = _records(plugin, "causalab_mini_mechanisms", vocab.Mechanism, name)
+        featurizers = _records(plugin, "causalab_mini_featurizer_kinds", vocab.FeaturizerKind, name)
         for kind in kinds:
             _check_compute(kind)
         done = []  # (unregister, name): undone if a later record is refused
@@ -224,7 +208,7 @@ def _add(plugin, name: str, version: Optional[str], module: str) -> Extension:
     return ext
 
 
-def _records(pm, plugin, hook: str, kind: type, origin: str) -> list:
+def _records(plugin, hook: str, kind: type, origin: str) -> list:
     """The records one plugin returns from ``hook``, each stamped with its origin."""
     impl = getattr(plugin, hook, None)
     if impl is None:

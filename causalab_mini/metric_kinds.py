@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .suggest import HintedValueError, did_you_mean
+
 if TYPE_CHECKING:  # annotations only: importing torch here would make vocab need it
     from torch import Tensor
 
@@ -139,13 +141,29 @@ def metric(name: str, *, columns: tuple[str, ...] = (), unit: str, differentiabl
 
 
 def check_params(kind: MetricKind, params: Optional[dict]) -> dict:
-    """``params`` validated by the kind's schema, defaults filled; a kind without one takes none.
-    Raises pydantic's ValidationError (or ValueError) for the document layer to place."""
+    """``params`` validated by the kind's schema, defaults filled; a kind without one takes none."""
     if kind.params is None:
         if params:
-            raise ValueError(f"{kind.name} takes no params; remove {sorted(params)}")
+            raise HintedValueError(f"{kind.name} takes no params", f"remove {sorted(params)}")
         return {}
-    return kind.params.model_validate(dict(params or {})).model_dump()
+    return validated_params(kind.name, kind.params, params)
+
+
+def validated_params(owner: str, schema: type, params: Optional[dict]) -> dict:
+    """``params`` by a pydantic schema (a metric kind's or a mechanism's), defaults filled; a refusal
+    names the parameter and leads with the name a misspelling likely meant."""
+    from pydantic import ValidationError
+
+    try:
+        return schema.model_validate(dict(params or {})).model_dump()
+    except ValidationError as err:
+        # An unknown name first: it is the cause when a required one is reported missing.
+        first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
+        where = ".".join(str(p) for p in first["loc"])
+        fields = list(schema.model_fields)
+        raise HintedValueError(f"{owner}: params{'.' + where if where else ''}: {first['msg']}",
+                               did_you_mean(where, fields) if first["type"] == "extra_forbidden"
+                               else f"{owner} takes the params {fields}") from None
 
 
 class _Columns(Mapping):

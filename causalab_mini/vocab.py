@@ -160,7 +160,7 @@ TRAINABLE_KINDS = tuple(sorted(n for n, f in FEATURIZERS.items() if f.declared a
 
 # The metric kinds are a registry: each record holds its vocabulary facts and its scorer
 # together (metric_kinds.py), and this module re-exports that one table.
-from .metric_kinds import COLUMNS, METRICS, MetricKind  # noqa: E402,F401
+from .metric_kinds import COLUMNS, METRICS, MetricKind, validated_params  # noqa: E402,F401
 TOKEN_FORMS = ("space_prefixed",)
 
 REDUCTIONS = ("mean", "pca")
@@ -293,7 +293,7 @@ def check_params(name: str, params: Optional[dict]) -> dict:
         raise HintedValueError(f"unknown mechanism {name!r}; one of {', '.join(sorted(MECHANISMS))}",
                                did_you_mean(name, MECHANISMS))
     if MECHANISMS[name].schema is not None:
-        return _schema_params(name, MECHANISMS[name].schema, params)
+        return validated_params(name, MECHANISMS[name].schema, params)
     spec = MECHANISMS[name].params
     params = dict(params or {})
     unknown = sorted(set(params) - set(spec))
@@ -326,19 +326,3 @@ def check_params(name: str, params: Optional[dict]) -> dict:
         if not 0 <= out["seed"] < 2**63:
             raise ValueError(f"gaussian: 'seed' must be in [0, 2**63), got {out['seed']}")
     return out
-
-
-def _schema_params(name: str, schema: type, params: Optional[dict]) -> dict:
-    """An extension mechanism's parameters, validated by its pydantic model, defaults filled."""
-    from pydantic import ValidationError
-
-    try:
-        return schema.model_validate(dict(params or {})).model_dump()
-    except ValidationError as err:
-        # An unknown name first: it is the cause when a required one is reported missing.
-        first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-        where = ".".join(str(p) for p in first["loc"])
-        fields = list(schema.model_fields)
-        raise HintedValueError(f"{name}: parameter {where!r}: {first['msg']}",
-                               did_you_mean(where, fields) if first["type"] == "extra_forbidden"
-                               else f"{name} takes {', '.join(fields) or 'no parameters'}") from None

@@ -454,17 +454,7 @@ class MetricDef(_Strict):
         kind = info.data.get("kind")
         if kind is None or kind not in METRICS:
             return value
-        record = METRICS[kind]
-        try:
-            return check_metric_params(record, value)
-        except ValidationError as err:
-            # An unknown name first: it is the cause when a required one is reported missing.
-            first = sorted(err.errors(), key=lambda e: e["type"] != "extra_forbidden")[0]
-            where = ".".join(str(p) for p in first["loc"])
-            fields = list(record.params.model_fields) if record.params else []
-            raise HintedValueError(f"{kind}: params{'.' + where if where else ''}: {first['msg']}",
-                                   did_you_mean(where, fields) if first["type"] == "extra_forbidden" else
-                                   f"{kind} takes the params {fields}") from None
+        return check_metric_params(METRICS[kind], value)
 
     @property
     def columns(self) -> tuple[str, ...]:

@@ -141,3 +141,12 @@ def listener(parts: dict, forward, values: dict, featurizers: dict, step: list):
             new = taps_mod.run_tap(new, tap, forward, values, featurizers, None, step[0])
         return x if new is seen else from_rows(x, new)
     return listen
+
+
+def listeners(tap_list, module_of, forward, values: dict, featurizers: dict, step: list) -> dict:
+    """``{attention module: listener}`` for the taps inside attention (``module_of(address)`` finds
+    a tap's attention module); several taps at one part — a shared forward's points — run in order."""
+    parts: dict = {}
+    for tap in tap_list:
+        parts.setdefault(module_of(tap.address), {}).setdefault(tap.address.component, []).append(tap)
+    return {module: listener(p, forward, values, featurizers, step) for module, p in parts.items()}

@@ -187,19 +187,18 @@ class HooksEngine(AnswersFromFacts, Engine):
                 def count(_module, _args):
                     step[0] += 1
                 handles.append(self.model.register_forward_pre_hook(count))
-            inside: dict = {}  # attention module -> {part: [taps]}: reached through the attention seam
+            inside = []  # taps inside attention: reached through the attention seam's listeners
             for tap in forward.taps:
                 module, where = self._module(tap.address)
                 if where.io == INSIDE:
-                    inside.setdefault(module, {}).setdefault(tap.address.component, []).append(tap)
+                    inside.append(tap)
                     continue
                 handles.append(_hook(module, where, tap, forward, values, featurizers, self._project, step))
-            if inside and not attention.served(self.model):
-                raise EngineError(forward.taps[0].address.spelling(), "this forward taps inside attention, "
-                                  "and the model was loaded without the attention seam",
-                                  "load the model with this document (cm.load(doc)), which serves it so")
-            listeners = {module: attention.listener(parts, forward, values, featurizers, step)
-                         for module, parts in inside.items()}
+            if inside and not attention.served(self.model):  # locate refused it; a plan made elsewhere may not
+                raise EngineError(inside[0].address.spelling(), "this forward taps inside attention, and "
+                                  "the model was loaded without the attention seam", attention.LOAD_FIX)
+            listeners = attention.listeners(inside, lambda a: self._module(a)[0], forward, values,
+                                            featurizers, step)
             with attention.listening(listeners):
                 if forward.decode:
                     # generate derives position ids from the mask itself, and needs its cache.

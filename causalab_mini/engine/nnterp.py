@@ -315,13 +315,10 @@ class NNterpEngine(AnswersFromFacts):
         seamed = [t for t in forward.taps if self._seamed(t.address.component)]
         groups = self._groups([t for t in forward.taps if not self._seamed(t.address.component)])
         model = self.model
-        inside: dict = {}  # attention module -> {part: [taps]}: the scores and pattern, through the seam
-        for tap in seamed:
-            module = model._model.get_submodule(self._found(tap.address.component, tap.address.layer,
-                                                            tap.address.spelling()).path)
-            inside.setdefault(module, {}).setdefault(tap.address.component, []).append(tap)
         step = [None if not forward.decode else -1]  # the decode step the seam's call is in
-        listeners = {m: attention.listener(parts, forward, values, featurizers, step) for m, parts in inside.items()}
+        listeners = attention.listeners(  # the scores and the pattern, through the seam
+            seamed, lambda a: model._model.get_submodule(self._found(a.component, a.layer, a.spelling()).path),
+            forward, values, featurizers, step)
         project = self._project
         inputs = taps.model_inputs(forward, model._model.get_input_embeddings().weight.device)
         grad = torch.is_grad_enabled()  # the trace body runs in nnsight's worker thread

@@ -22,7 +22,7 @@ from ..ops import locate
 from ..components import PATTERNS
 from ..metric_kinds import SEQUENCE_UNITS
 from ..vocab import FEATURIZERS, METRICS
-from . import show_tokens
+from . import forced, show_tokens
 from .chat import render_row
 from .plan import (Address, Epochs, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,
                    OutputSpec, Plan, ReadOp, SaveSpec, Weights, WriteOp, group_taps)
@@ -254,7 +254,7 @@ class _PointCompiler:
         self._check_operands(ipath, iv, forwards)
         metrics = tuple(self._metric(f"{ipath}.metrics.{m}", m, metric, iv, loaded, rows)
                         for m, metric in iv.metrics.items())
-        forwards = _with_forced(ipath, forwards, metrics)
+        forwards = forced.with_forced(ipath, forwards, metrics)
         outputs = tuple(OutputSpec(o, out.read, out.reduce, out.k)
                         for o, out in getattr(step, "outputs", {}).items())
         saves = self._saves(step, iv, outputs)
@@ -463,15 +463,15 @@ class _PointCompiler:
         eligible = tuple(not reason for reason in reasons)
         first = tuple(tuple(None if p is None else p[0] for p in col) for col in pieces[:own])
         scored = tuple(tuple(None if p is None else self._piece(p[0]) for p in col) for col in pieces)
-        unit, estimand, sequence, forced = kind.unit, kind.estimand_version, None, ()
+        unit, estimand, sequence, forced_reads = kind.unit, kind.estimand_version, None, ()
         if whole:
             # Another quantity than the first token's: its own unit and estimand.
             unit, sequence = SEQUENCE_UNITS[metric.kind], metric.per_token
             estimand = f"{kind.estimand_version}+sequence_{metric.per_token}"
-            forced = tuple(forced_name(metric.of, column) for column in metric.columns)
+            forced_reads = tuple(forced.name(metric.of, column) for column in metric.columns)
         made = Metric(name=name, kind=metric.kind, of=metric.of, model=read.model, input=read.input,
                       token_ids=first, column_eligible=eligible, unit=unit, sequence=sequence,
-                      forced_reads=forced, estimand_version=estimand, compared=tuple(compared),
+                      forced_reads=forced_reads, estimand_version=estimand, compared=tuple(compared),
                       answers=tuple(answers), pieces=tuple(pieces), scored=scored,
                       column_reasons=tuple(reasons), contrast_from=contrast_from,
                       reads=metric.compared_reads, params=tuple(sorted(metric.params.items())),
@@ -507,52 +507,6 @@ class _PointCompiler:
         if key not in self.ctx.answers:
             self.ctx.answers[key] = answer_tokens(self.tok, value, path=path)
         return self.ctx.answers[key]
-
-
-def forced_name(read: str, column: str) -> str:
-    """The name a read takes in the teacher-forced forward of a data ``column``'s answers: not a
-    name a document can give (``~``), so it never meets a read of the document."""
-    return f"{read}~{column}"
-
-
-def _with_forced(ipath: str, forwards: tuple, metrics: tuple) -> tuple:
-    """The pass's forwards, each followed by the teacher-forced copies its whole-answer metrics
-    need: per answer column, the same model and writes on the prompt with that column's answers
-    put after it, reading only the scored read (renamed). One copy per (read, data column),
-    however many metrics score it."""
-    wanted: dict = {}
-    for m in metrics:
-        for k, name in enumerate(m.forced_reads):
-            # Every row's answer tokens in this column (the metric's own pieces, by column).
-            wanted.setdefault((m.of, name), tuple(p if p is not None else () for p in m.pieces[k]))
-    if not wanted:
-        return forwards
-    out = []
-    for f in forwards:
-        out.append(f)
-        reads = {r.name: r for r in f.reads}
-        for (of, name), answers in wanted.items():
-            if of not in reads:
-                continue
-            patterns = [op for op in (*f.writes, *f.reads) if op.address.component in PATTERNS]
-            if patterns:
-                raise CompileError(f"{ipath}.metrics", f"{patterns[0].name!r} taps an attention pattern, whose "
-                                   "keys a teacher-forced copy of its forward would lengthen",
-                                   "score this pass's metrics by their first token, or tap the pattern in "
-                                   "another pass")
-            own = [w for w in f.writes if w.operand is not None and w.operand.kind == "read"
-                   and w.operand.value in reads]
-            if own:
-                raise CompileError(f"{ipath}.writes.{own[0].name}.operand",
-                                   f"the write takes its operand from read {own[0].operand.value!r} of its own "
-                                   "forward, which a teacher-forced copy of that forward would not read",
-                                   "read the operand in another pass, or score this metric by its first token")
-            read = replace(reads[of], name=name)
-            taps = tuple(replace(t, reads=tuple(read for r in t.reads if r.name == of))
-                         for t in f.taps)
-            taps = tuple(t for t in taps if t.writes or t.reads)
-            out.append(replace(f, taps=taps, forced=answers, forced_read=name))
-    return tuple(out)
 
 
 def _contrast(name: str, metric, iv) -> tuple[Optional[str], Optional[str]]:
