@@ -28,6 +28,7 @@ from ..vocab import (COMPONENTS, DTYPES, FEATURIZERS, MECHANISMS, METRICS, REDUC
 from ..metric_kinds import READ_SLOTS, SEQUENCE_KINDS, check_params as check_metric_params
 from ..suggest import HintedValueError, did_you_mean
 from .errors import document_error
+from .estimate import Estimate
 from .expect import Expectation
 from .rules import check_spec
 
@@ -529,6 +530,8 @@ class ObserveStep(_Strict):
     rows: dict[str, str]
     outputs: dict[str, Annotated[Output, BeforeValidator(_output)]] = Field(default_factory=dict)
     saves: list[Save] = Field(default_factory=list)
+    estimate: Optional[Estimate] = Field(None, description="Estimate the step's metrics by attribution "
+                                         "instead of running each point's writes (document/estimate.py).")
 
 
 class EarlyStop(_Strict):
@@ -599,7 +602,7 @@ class Spec(_Strict):
         """The experiment without its header, every default written out: what ``produced_by`` digests.
 
         Fields added to the schema later (``model.modules``, a metric's ``distinct_from``, its
-        other reads and params) are
+        other reads and params, a step's ``estimate``) are
         left out when the document does not use them: they do not change what an experiment
         that never used them is.
         """
@@ -608,6 +611,9 @@ class Spec(_Strict):
             out.pop("extensions", None)
         if out["model"].get("modules") is None:
             out["model"].pop("modules", None)
+        for step in out.get("steps", {}).values():
+            if step.get("kind") == "observe" and step.get("estimate") is None:
+                step.pop("estimate", None)
         for iv in out.get("interventions", {}).values():
             for metric in iv.get("metrics", {}).values():
                 for later in ("distinct_from", "reference", "base", "counterfactual"):

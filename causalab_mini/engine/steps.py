@@ -15,7 +15,7 @@ import torch
 
 from ..errors import EngineError
 from ..ops import intervene, locate, metrics as metric_ops, reduce
-from ..plan.plan import Featurizers, Fit, Forward, Observe, Plan, Shared, Weights, WriteOp
+from ..plan.plan import Attribution, Featurizers, Fit, Forward, Observe, Plan, Shared, Weights, WriteOp
 from . import at_once as at_once_mod
 from . import fit as fitting
 from . import progress, taps
@@ -55,6 +55,7 @@ class State:
     featurizers: dict = field(default_factory=dict)
     shared: dict = field(default_factory=dict)  # shared read name -> Lent
     borrowers: dict = field(default_factory=dict)  # shared read name -> points yet to run that borrow it
+    estimates: dict = field(default_factory=dict)  # id of an estimated Observe -> its attribution pass's gradients
 
 
 def check_options(batch_size: Optional[int], at_once: int) -> None:
@@ -74,6 +75,10 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
         progress.announce_run(getattr(step, "name", ""), rows_in(step))
     state = state or State()
     if isinstance(step, Plan):
+        from . import attribution as attributing
+
+        estimating = [c for c in step.steps.values() if isinstance(c, Attribution)]
+        at_once = 1 if estimating else at_once  # an estimated point runs no forward to stack
         points = [n for n, c in step.steps.items() if isinstance(c, Plan)]
         stacked = {g[0][0]: g for g in at_once_mod.groups(
             [(n, c) for n, c in step.steps.items() if isinstance(c, Plan)], at_once, batch_size)
@@ -83,6 +88,9 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
             if isinstance(child, Shared):
                 with torch.no_grad():
                     lend(engine, child, state, batch_size=batch_size)
+                continue
+            if isinstance(child, Attribution):
+                attributing.lend(engine, child, step, state, batch_size=batch_size)
                 continue
             if name in later:
                 continue
@@ -98,15 +106,27 @@ def run(engine, step, *, batch_size: Optional[int] = None, state: Optional[State
                 continue
             # A nested plan (a sweep point) gets its own outputs and the same featurizers,
             # so points cannot see each other's published values; the shared reads it borrows.
-            sub = State(featurizers=state.featurizers, shared=state.shared) if isinstance(child, Plan) else state
+            sub = State(featurizers=state.featurizers, shared=state.shared, estimates=state.estimates) \
+                if isinstance(child, Plan) else state
             if isinstance(child, Plan):
                 progress.announce_point(name, points.index(name), len(points))
             run(engine, child, batch_size=batch_size, state=sub, at_once=at_once)
             if isinstance(child, Plan):
-                release(state, name)
+                if not estimating:  # verification may run any point exactly after the last: kept till then
+                    release(state, name)
                 progress.announce(name, points.index(name) + 1, len(points))
+        for child in estimating:
+            if child.estimate.verifies:
+                attributing.verify(engine, step, child, state, batch_size=batch_size)
+        for name in points if estimating else ():
+            release(state, name)
         return step
     if isinstance(step, Observe):
+        if step.estimate is not None:
+            from . import attribution as attributing
+
+            attributing.estimate(engine, step, state, batch_size=batch_size)
+            return step
         with torch.no_grad():
             observe(engine, step, state, batch_size=batch_size)
         return step
@@ -153,7 +173,9 @@ def rows_in(step) -> int:
     counts every epoch's updates and held-out pass; one that stops early pushes fewer."""
     if isinstance(step, Plan):
         return sum(rows_in(child) for child in step.steps.values())
-    if isinstance(step, (Observe, Shared)):
+    if isinstance(step, Observe) and step.estimate is not None:
+        return 0  # scored from the attribution pass's rows, which count once
+    if isinstance(step, (Observe, Shared, Attribution)):
         return step.rows
     if isinstance(step, Fit):
         held_out = step.evaluation.rows if step.evaluation is not None else 0
@@ -411,39 +433,11 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
     eligible = {}
     excluded = {}
     for m in obs.metrics:
-        # The position half, which only the run knows: the row's position found in the read it
-        # scores and in every read its kind compares that one with.
-        found = [True] * len(m.column_eligible)
-        for op in (m.of, *(read for _, read in m.reads)):
-            found = [f and len(w) > 0 for f, w in zip(found, windows[op][0])]
-        rows = tuple(c and p for c, p in zip(m.column_eligible, found))
-        if not any(rows):
-            raise EngineError(m.name, "no row survives both halves of eligibility (a value in every "
-                              "column, and a position the run could place): a metric of nothing has "
-                              "no mean", "check the answer columns and the read's position")
-        if m.sequence is not None:
-            value, defined = _whole_answers(m, values, windows, rows), None
-        else:
-            logits = _scored_rows(values[m.of], *windows[m.of], rows, m.name)
-            others = {slot: _scored_rows(values[op], *windows[op], rows, f"{m.name}.{slot}") for slot, op in m.reads}
-            ids = [torch.tensor([col[i] for i, ok in enumerate(rows) if ok], dtype=torch.long)
-                   for col in m.token_ids]
-            value, defined = metric_ops.scored(m.kind, logits, ids, reads=others, params=dict(m.params),
-                                               path=m.name)
-        if defined is not None and not bool(defined.all()):
-            # The kind left some rows undefined (a zero denominator): out of the scored set, with
-            # its reason, exactly as a row without an answer is.
-            undefined = {i for i, k in zip([i for i, ok in enumerate(rows) if ok], defined.tolist()) if not k}
-            # Per row of the step: the kind's reason where it left the row out, else "".
-            excluded[m.name] = tuple(m.excludes if i in undefined else "" for i in range(len(rows)))
-            rows = tuple(ok and i not in undefined for i, ok in enumerate(rows))
-            value = value[defined]
-            if not any(rows):
-                raise EngineError(m.name, f"{m.kind} left every row undefined ({m.excludes}): a metric "
-                                  "of nothing has no mean", "check the reads it compares (they may not differ)")
-        scored[m.name] = value
-        eligible[m.name] = rows
-        obs.results[m.name] = value.detach().cpu()
+        got = score(m, values, windows)
+        scored[m.name], eligible[m.name] = got.value, got.rows
+        if got.excluded is not None:
+            excluded[m.name] = got.excluded
+        obs.results[m.name] = got.value.detach().cpu()
     if excluded:
         obs.results["excluded"] = excluded
     if eligible:
@@ -471,6 +465,60 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
         state.outputs[out.name] = published
         obs.results[out.name] = published.value.detach().cpu()
     return scored if live else {}
+
+
+@dataclass
+class Score:
+    """One metric scored: its values at the scored rows, which rows those are (per row of the pass),
+    and the kind's reason per row where it left some undefined (else None)."""
+
+    value: torch.Tensor
+    rows: tuple
+    excluded: Optional[tuple]
+
+
+def placed(m, windows: dict) -> tuple:
+    """Per row, whether metric ``m`` can score it: a value in every answer column (the client's
+    half), and — the half only the run knows — a position found in the read it scores and in
+    every read its kind compares that one with."""
+    found = [True] * len(m.column_eligible)
+    for op in (m.of, *(read for _, read in m.reads)):
+        found = [f and len(w) > 0 for f, w in zip(found, windows[op][0])]
+    return tuple(c and p for c, p in zip(m.column_eligible, found))
+
+
+def score(m, values: dict, windows: dict) -> Score:
+    """Metric ``m`` on a pass's ``values``: only rows with a value in every answer column and a
+    position in the read it scores and in every read its kind compares that one with; a row the
+    kind leaves undefined is taken out with its reason. The value keeps its graph (attribution
+    differentiates it)."""
+    rows = placed(m, windows)
+    if not any(rows):
+        raise EngineError(m.name, "no row survives both halves of eligibility (a value in every "
+                          "column, and a position the run could place): a metric of nothing has "
+                          "no mean", "check the answer columns and the read's position")
+    if m.sequence is not None:
+        value, defined = _whole_answers(m, values, windows, rows), None
+    else:
+        logits = _scored_rows(values[m.of], *windows[m.of], rows, m.name)
+        others = {slot: _scored_rows(values[op], *windows[op], rows, f"{m.name}.{slot}") for slot, op in m.reads}
+        ids = [torch.tensor([col[i] for i, ok in enumerate(rows) if ok], dtype=torch.long)
+               for col in m.token_ids]
+        value, defined = metric_ops.scored(m.kind, logits, ids, reads=others, params=dict(m.params),
+                                           path=m.name)
+    excluded = None
+    if defined is not None and not bool(defined.all()):
+        # The kind left some rows undefined (a zero denominator): out of the scored set, with
+        # its reason, exactly as a row without an answer is.
+        undefined = {i for i, k in zip([i for i, ok in enumerate(rows) if ok], defined.tolist()) if not k}
+        # Per row of the step: the kind's reason where it left the row out, else "".
+        excluded = tuple(m.excludes if i in undefined else "" for i in range(len(rows)))
+        rows = tuple(ok and i not in undefined for i, ok in enumerate(rows))
+        value = value[defined]
+        if not any(rows):
+            raise EngineError(m.name, f"{m.kind} left every row undefined ({m.excludes}): a metric "
+                              "of nothing has no mean", "check the reads it compares (they may not differ)")
+    return Score(value, rows, excluded)
 
 
 def _whole_answers(m, values: dict, windows: dict, rows: tuple):

@@ -27,6 +27,7 @@ from .chat import render_row
 from .plan import (Address, Epochs, FeaturizerSpec, Featurizers, Fit, Forward, Metric, Observe, Operand,
                    OutputSpec, Plan, ReadOp, SaveSpec, Weights, WriteOp, group_taps)
 from .featurizer_files import bundle_header, space_width
+from . import attribution
 from .share import share
 from .tokens import Tokenized, answer_tokens, tokenize_rows
 
@@ -68,12 +69,12 @@ def build(raw: dict, points, ctx: Context) -> Plan:
     ``points`` are the document's points as ``document.read.points`` lowered and validated them
     (name, spec, document, coords): a document is lowered and validated once, not again here."""
     if len(points) == 1 and points[0].name is None:
-        return compile_point(points[0].spec, ctx, name="<root>", document=raw)
+        return attribution.attribute(compile_point(points[0].spec, ctx, name="<root>", document=raw))
     children = {point.name: compile_point(point.spec, ctx, name=point.name, document=point.document,
                                           coords=point.coords)
                  for point in points}
     root = Plan(name="<root>", steps=children, document=raw, produced_by=None)
-    return share(root) if ctx.share else root
+    return attribution.attribute(share(root) if ctx.share else root)
 
 
 def compile_point(spec: Spec, ctx: Context, *, name: str, document: dict, coords=()) -> Plan:
@@ -170,11 +171,26 @@ class _PointCompiler:
         loaded = self._datasets(f"steps.{sname}.rows", step.rows)
         n = len(next(iter(loaded.values())).rows)
         obs = self._pass(sname, sname, step.interventions, loaded, range(n), step)
+        if step.estimate is not None:
+            obs = self._estimated(sname, step, obs)
         for oname, out in step.outputs.items():
             forward, read = next((f, r) for f in obs.forwards for r in f.reads if r.name == out.read)
             if out.reduce == "pca":
                 self._check_pca(f"steps.{sname}.outputs.{oname}", out.k, read, forward)
             self.published[oname] = None if out.reduce == "pca" else read.width
+        return obs
+
+    def _estimated(self, sname: str, step: ObserveStep, obs: Observe) -> Observe:
+        """The step scored by attribution, once what it asks can be estimated (plan/attribution.py)."""
+        path = f"steps.{sname}"
+        if any(isinstance(s, FitStep) for s in self.spec.steps.values()):
+            raise CompileError(f"{path}.estimate", "this document trains (a fit step), and the points an "
+                               "estimate verifies are run exactly after every point has been estimated, "
+                               "when a fit would have moved its featurizers on", "estimate in a document that "
+                               "loads the trained featurizer (its weights step's file) instead")
+        obs = replace(obs, estimate=attribution.plan_estimate(step, obs.metrics))
+        attribution.check(path, obs, self.spec.interventions[step.interventions],
+                          f"interventions.{step.interventions}")
         return obs
 
     def _check_pca(self, path: str, k: int, read: ReadOp, forward: Forward) -> None:

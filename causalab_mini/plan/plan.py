@@ -184,6 +184,22 @@ class SaveSpec:
 
 
 @dataclass(frozen=True)
+class Estimate:
+    """An observe step scored by attribution (document/estimate.py): which points also run exactly."""
+
+    by: str  # "attribution"
+    top: int = 0
+    random: int = 0
+    all: bool = False
+    seed: int = 0
+    metric: Optional[str] = None  # what the verified points are ranked by (None: no verification)
+
+    @property
+    def verifies(self) -> bool:
+        return self.all or bool(self.top or self.random)
+
+
+@dataclass(frozen=True)
 class Observe:
     name: str
     intervention: str
@@ -200,6 +216,9 @@ class Observe:
     # Reads this pass leaves in its results after scoring (``cm.run(reads=...)``, keep.py): not
     # part of the experiment, so not compared.
     kept: tuple[str, ...] = field(default=(), compare=False)
+    # Scored by attribution from the root plan's Attribution step, not by running its written
+    # forward (which stays compiled: verification runs it exactly). See plan/attribution.py.
+    estimate: Optional[Estimate] = None
 
     kind = "observe"
 
@@ -227,6 +246,28 @@ class Shared:
     @property
     def rows(self) -> int:
         return sum(f.rows for f in self.forwards)
+
+
+@dataclass(frozen=True)
+class Attribution:
+    """The passes that estimate every point of a sweep at once (plan/attribution.py): the base
+    forward, un-written, with a zero perturbation and a read at every address some point writes
+    (``taps``' ``grads``: (address's full-width write, its read)), the metrics it differentiates,
+    and the points it estimates (``users``: point name, their observe step's name)."""
+
+    name: str
+    forward: Forward
+    metrics: tuple[Metric, ...]
+    grads: tuple[tuple[str, str], ...]  # (perturbation write's name, activation read's name) per address
+    users: tuple[tuple[str, str], ...]
+    estimate: Estimate
+    results: dict = field(default_factory=dict, compare=False)
+
+    kind = "attribution"
+
+    @property
+    def rows(self) -> int:
+        return self.forward.rows
 
 
 @dataclass(frozen=True)
@@ -348,7 +389,7 @@ class Weights:
     kind = "weights"
 
 
-Step = Union["Plan", Observe, Fit, Featurizers, Weights, Shared]
+Step = Union["Plan", Observe, Fit, Featurizers, Weights, Shared, Attribution]
 
 
 @dataclass(frozen=True)

@@ -114,11 +114,14 @@ class Execution:
             return None
         from ..cache import key as keying
         from ..cache.serve import lookup, open_store
+        from ..plan.attribution import estimated_steps
 
         store = open_store(self.options.cache, engine=self.engine)
         model, record = keying.model_parts(self.loaded), self.record()
         for s in self.live():
-            s.entry = lookup(store, s.compiled, model, record)
+            # An estimated point's verification figures are the whole sweep's: computed with it, never served.
+            if not estimated_steps(s.compiled):
+                s.entry = lookup(store, s.compiled, model, record)
         return store
 
     # --- 3. share and group ----------------------------------------------------------------
@@ -128,6 +131,7 @@ class Execution:
         return [s for s in self.slots.values() if s.error is None]
 
     def _root(self) -> Optional[Plan]:
+        from ..plan.attribution import attribute
         from ..plan.keep import keep_reads
         from ..plan.share import share
 
@@ -141,6 +145,7 @@ class Execution:
                         produced_by=None)
             if self.options.share:
                 root = share(root)
+            root = attribute(root)
         return keep_reads(root, self.options.reads)
 
     def _document(self):
@@ -151,13 +156,16 @@ class Execution:
         """The walk's groups of points, in order: what one model call stacks (``at_once``), or
         every point in one group where the engine's walk cannot be carried between calls."""
         from ..engine import at_once as at_once_mod
+        from ..plan.attribution import attribution_steps
 
         if self.root is None:
             return []
         if self.flat:
             return [[next(iter(self.slots))]]
         points = [(k, p) for k, p in self.root.steps.items() if isinstance(p, Plan)]
-        if not getattr(self.loaded, "incremental", True):
+        # An estimated sweep is one walk: its points are estimated from one attribution pass, and the
+        # points it verifies are chosen only once every point is estimated.
+        if not getattr(self.loaded, "incremental", True) or attribution_steps(self.root):
             return [[k for k, _ in points]]
         if self.options.at_once > 1:
             return [[k for k, _, _ in g] for g in at_once_mod.groups(points, self.options.at_once,
@@ -245,7 +253,9 @@ class Execution:
 
     def _remember(self, slot: Slot) -> None:
         """Store a computed point, keyed on what the walk recorded (not on what was foreseen)."""
-        if self.store is not None:
+        from ..plan.attribution import estimated_steps
+
+        if self.store is not None and not estimated_steps(slot.compiled):
             from ..cache.serve import put
 
             put(self.store, slot.compiled, self.root if self.flat else self.root.steps[slot.key], self.loaded,
