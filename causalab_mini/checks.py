@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Optional, Protocol, Sequence
 
-from .document.expect import Comparison, Expectation
+from .document.expect import VERIFIED, Comparison, Expectation
 
 
 # --- run-time checks --------------------------------------------------------------------------
@@ -64,6 +64,15 @@ def evaluate(expectations: Iterable[Expectation], point: Optional[str], coords, 
 
 def _aggregate(point: str, exp: Expectation, aggregate: str, cmp: Comparison, result: Values) -> Check:
     expected = cmp.spelling(exp.rtol, exp.atol)
+    if aggregate in VERIFIED:
+        # The sweep's verification figure (an attribution estimate's), the same at every point.
+        figures = getattr(result, "verification", None)
+        got = None if figures is None else figures.get(aggregate)
+        if got is None:
+            why = ("this result was not estimated by a verified attribution" if figures is None else
+                   f"the verification has no {aggregate} (too few verified points, or one side constant)")
+            return Check(point, exp.result, aggregate, expected, None, None, False, why)
+        return _scalar(point, exp, aggregate, expected, cmp, float(got))
     values = [float(v) for v in result.values]
     if aggregate == "eligible":
         n = len(result.eligible)

@@ -19,7 +19,12 @@ A ``Layout`` says, for one family, with module paths as ``named_modules`` spells
   which a logit lens must do too;
 * which components the family does not have at all (a sparse MoE block has one down
   projection per expert, so no single ``mlp_hidden``), each with the sentence a
-  refusal prints.
+  refusal prints;
+* how the attention seam (``engine/attention.py``) reaches inside its attention
+  (``attention_seam``): through transformers' attention-function registry, which the
+  family's attention module calls, or — GPT-Neo and BLOOM, whose attention computes
+  its pattern in its own code — through the family's routine installed at load
+  (``engine/attention_families.py``).
 
 A model whose family is not in the table is refused by name unless its document's
 ``model.modules`` names the modules (``custom_layout``): a guessed module is a wrong
@@ -34,6 +39,13 @@ from typing import Any, Callable, Mapping, Optional
 # says only which module. ATTENTION also keys the port of the attention module itself, whose
 # forward holds the interiors.
 from .components import ATTENTION, COMPONENTS, OUTPUT
+
+# ``Layout.attention_seam``: the family's attention module hands q, k, v to the function
+# transformers' AttentionInterface registry names (``config._attn_implementation``).
+REGISTRY = "registry"
+# The families whose attention computes its pattern in its own code, each reached by a routine of
+# its own (engine/attention_families.py, keyed by these names).
+ROUTINES = ("gpt_neo", "bloom")
 
 
 @dataclass(frozen=True)
@@ -74,8 +86,10 @@ class Layout:
     softcap_field: Optional[str] = None
     # component -> why this family has no such thing, and what to use instead
     absent: Mapping[str, str] = field(default_factory=dict)
-    # q/k/v: the attention forward calls ``attention_interface(self, q, k, v, ...)``
-    attention_call: bool = True
+    # How the attention seam reaches inside the attention module (the ATTENTION port): REGISTRY, a
+    # routine's name (ROUTINES), or None — no seam (a document's own model.modules: its attention's
+    # code is not known here, so nothing inside it is addressed).
+    attention_seam: Optional[str] = REGISTRY
     # attention_probs: nnterp's route to the pattern passes its own load-time check here
     attention_pattern: bool = True
     # An image-text model whose text half runs text documents (loaded by its own class, handed to nnterp)
@@ -83,6 +97,18 @@ class Layout:
     # config -> {component: (problem, fix)}: what a checkpoint's own config rules out
     # (OPT-350m has no final norm; BLOOM's slow_but_exact path never calls its projections)
     variant: Optional[Callable[[Any], dict]] = None
+
+    @property
+    def attention_call(self) -> bool:
+        """Whether the seam reaches inside this family's attention at all — through the registry's
+        call or the family's routine: q, k, v, the scores and the pattern on the hooks engine, and
+        on the nnterp engine in this process."""
+        return self.attention_seam is not None
+
+    @property
+    def attention_routine(self) -> Optional[str]:
+        """The routine the seam installs (``"gpt_neo"``, ``"bloom"``), or None (the registry, or no seam)."""
+        return self.attention_seam if self.attention_seam in ROUTINES else None
 
     def refused(self, config: Any) -> dict:
         """Every component this checkpoint does not have, with the reason and the fix."""
@@ -209,9 +235,11 @@ FAMILIES: dict[str, Layout] = {layout.family: layout for layout in (
            _ports("attention", "mlp", "dense", "dense_4h_to_h")),
     Layout("gptj", "transformer.h", "transformer.ln_f", _ports("attn", "mlp", "out_proj", "fc_out"),
            d_mlp_fields=("n_inner",), attention_pattern=False),
-    # GPT-Neo's attention module wraps the self-attention that owns the projections.
-    Layout("gpt_neo", "transformer.h", "transformer.ln_f", _ports("attn", "mlp", "attention.out_proj", "c_proj"),
-           attention_call=False, attention_pattern=False),
+    # GPT-Neo's attention module wraps the self-attention that owns the projections and computes the
+    # pattern (its _attn): that inner module is the one the seam's routine and listener sit on.
+    Layout("gpt_neo", "transformer.h", "transformer.ln_f",
+           _ports("attn.attention", "mlp", "out_proj", "c_proj", attention_output="attn"),
+           attention_seam="gpt_neo", attention_pattern=False),
     # OPT's layer has no MLP module: fc1 → activation → fc2 are the layer's own children, and
     # the layer hands them its tokens flattened to (rows·seq, width).
     Layout("opt", "model.decoder.layers", "model.decoder.final_layer_norm",
@@ -222,7 +250,7 @@ FAMILIES: dict[str, Layout] = {layout.family: layout for layout in (
     Layout("bloom", "transformer.h", "transformer.ln_f",
            _ports("self_attention", "mlp", "dense", "dense_4h_to_h",
                   attention_output="self_attention.dense", mlp_output="mlp.dense_4h_to_h"),
-           d_mlp_fields=(), attention_call=False, variant=_bloom_variant),
+           d_mlp_fields=(), attention_seam="bloom", variant=_bloom_variant),
     Layout("falcon", "transformer.h", "transformer.ln_f",
            _ports("self_attention", "mlp", "dense", "dense_4h_to_h"), d_mlp_fields=("ffn_hidden_size",)),
 )}
@@ -253,7 +281,7 @@ def custom_layout(modules: Mapping[str, str], family: str) -> Layout:
         absent["mlp_hidden"] = ("the document's model.modules names no mlp_projection",
                                 'add "mlp_projection": "<mlp>.<down projection>"')
     return Layout(family=f"{family} (model.modules)", layers=modules["layers"], ln_final=modules["ln_final"],
-                  ports=ports, absent=absent, attention_call=False, attention_pattern=False)
+                  ports=ports, absent=absent, attention_seam=None, attention_pattern=False)
 
 
 # The config-reading rules for a family no table knows: its MLP width is ``intermediate_size``,

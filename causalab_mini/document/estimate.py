@@ -24,7 +24,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 class Verify(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     top: int = Field(0, ge=0, description="Run exactly the points whose estimated effect on `metric` is "
-                                          "largest in magnitude, this many.")
+                                          "largest in magnitude, this many; it is also the k of the recall "
+                                          "recorded (with `all`, k alone; default a tenth of the points).")
     random: int = Field(0, ge=0, description="And this many more, drawn at random from the rest (a control).")
     all: bool = Field(False, description="Run every point exactly (what the benchmark and a first check do).")
     seed: int = Field(0, ge=0, lt=2**63, description="The random sample's seed.")
@@ -36,8 +37,8 @@ class Verify(BaseModel):
         if not self.all and not self.top and not self.random:
             raise ValueError('verify runs some points exactly: give "top", "random" or "all": true '
                              '(or leave "verify" out)')
-        if self.all and (self.top or self.random):
-            raise ValueError('"all": true runs every point; "top" and "random" choose some: write one or the other')
+        if self.all and self.random:
+            raise ValueError('"all": true runs every point, and "random" draws some of them: write one or the other')
         return self
 
 

@@ -27,6 +27,9 @@ from ..jsontext import array_as_tuple
 from ..suggest import suggest_fix
 
 AGGREGATES = ("mean", "min", "max", "all", "eligible")
+# An attribution estimate's verification figures (document/estimate.py): the sweep's, not a point's
+# — Spearman between estimated and exact effects, recall of the exact top-k, worst row error.
+VERIFIED = ("spearman", "recall", "error")
 OPERATORS = (">", ">=", "<", "<=", "approx", "between")
 # pytest.approx's defaults: an expectation written as a bare number means "this number",
 # not "roughly this number"; a researcher who means roughly writes the tolerance.
@@ -158,18 +161,25 @@ class Expectation(BaseModel):
     max: Optional[Threshold] = Field(None, description="The largest eligible row.")
     all: Optional[Threshold] = Field(None, description="Every eligible row, one by one.")
     eligible: Optional[Threshold] = Field(None, description="The fraction of rows that are eligible.")
+    spearman: Optional[Threshold] = Field(None, description="Estimated by attribution: the rank correlation "
+                                          "of estimated and exact effects over the verified points.")
+    recall: Optional[Threshold] = Field(None, description="Estimated by attribution: the fraction of the exact "
+                                        "top-k verified points among the estimated top-k.")
+    error: Optional[Threshold] = Field(None, description="Estimated by attribution: the largest absolute "
+                                       "difference between a row's estimate and its exact value.")
     rtol: Optional[float] = Field(None, ge=0)
     atol: Optional[float] = Field(None, ge=0)
 
     @model_validator(mode="after")
     def _something(self) -> "Expectation":
         if not self.aggregates() and self.rtol is None and self.atol is None:
-            raise ValueError("an expectation compares an aggregate (mean, min, max, all, eligible) "
-                             "with a threshold, or sets a tolerance (rtol, atol); this one does neither")
+            raise ValueError("an expectation compares an aggregate (mean, min, max, all, eligible; "
+                             "spearman, recall, error of an attribution estimate) with a threshold, or "
+                             "sets a tolerance (rtol, atol); this one does neither")
         return self
 
     def aggregates(self) -> list[tuple[str, Comparison]]:
-        return [(a, getattr(self, a)) for a in AGGREGATES if getattr(self, a) is not None]
+        return [(a, getattr(self, a)) for a in AGGREGATES + VERIFIED if getattr(self, a) is not None]
 
     def applies(self, point: Optional[str], coords: Sequence[tuple[str, Any]]) -> bool:
         if self.points is None:
@@ -274,11 +284,31 @@ def applying(exps: Sequence["Expectation"], points: Sequence[tuple]) -> list[lis
     return out
 
 
+def verified_metrics(spec) -> set[str]:
+    """The metrics an observe step estimates by attribution and verifies: what spearman, recall and
+    error can be held to."""
+    out: set[str] = set()
+    for step in spec.steps.values():
+        est = getattr(step, "estimate", None)
+        if est is not None and est.verify is not None:
+            out |= set(spec.interventions[step.interventions].metrics)
+    return out
+
+
 def _check_point(p, names: list, axes: dict, known: set) -> None:
     """One point's expectations, in order: each one's result, then its point selector."""
     scored = metric_names(p.spec)
+    verified = None
     for i, exp in enumerate(p.spec.header.expect):
         path = f"header.expect.{i}"
+        asked = [a for a in VERIFIED if getattr(exp, a) is not None]
+        if asked and exp.result in scored:
+            verified = verified_metrics(p.spec) if verified is None else verified
+            if exp.result not in verified:
+                raise DocumentError(f"{path}.{asked[0]}", f"{asked[0]} is a figure of an attribution estimate's "
+                                    f"verification, and no step estimates and verifies {exp.result!r}",
+                                    'give its observe step "estimate": {"by": "attribution", "verify": '
+                                    '{"top": 5, "random": 5}}, or hold the result to mean/min/max/all')
         if exp.result not in scored and exp.applies(p.name, p.coords):
             raise DocumentError(f"{path}.result", f"no metric named {exp.result!r}",
                                 suggest_fix(exp.result, sorted(scored), f"metrics here: {sorted(scored)}"))

@@ -6,17 +6,35 @@ registry names (``config._attn_implementation``). ``attention`` below is registe
 ``"causalab"``: the standard eager arithmetic, with a listener on the module that may read and
 replace q, k, v, the scores and the pattern on the way. A model served with it computes exactly
 what the family's eager path computes (``benchmarks/attention_seam.py`` measures max |Δ logits| =
-0 in fp32 on every family of the test matrix that dispatches; GPT-Neo and BLOOM compute attention
-in their own forward and are refused at compile time, ``layouts.Layout.attention_call``).
+0 in fp32 on every family of the test matrix that dispatches).
+
+GPT-Neo and BLOOM compute attention in their own code and call no registered function: serving
+one installs the family's routine instead (``attention_families.py``: its own arithmetic with the
+same listener, chosen by ``layouts.Layout.attention_seam``), and its config names ``"causalab"``
+too, so a served model says so in one place (``served``, run.json's ``"attention"``) and builds
+its mask with the builder registered under that name — the eager one it built before.
 
 The mask builder is registered under the same name: without it transformers builds no mask for an
 unknown implementation, and the model would run without its causal and padding masks, silently.
 
 Layouts the listener sees, as the nnterp engine's arguments of the attention call are seen:
 q ``(rows, heads, seq, head_dim)``; k and v ``(rows, kv_heads, seq, head_dim)`` (grouped-query
-heads not repeated); scores and probs ``(rows, heads, queries, keys)``. Masked keys hold the mask's
-value in the scores (the dtype's lowest number; ALiBi families fold their bias into it). OPT hands
-q already multiplied by ``head_dim ** -0.5`` (its ``scaling`` is 1): its q is that.
+heads not repeated; after the cache update, so a decoding step's keys are every key); scores and
+probs ``(rows, heads, queries, keys)``. The scores are what enters the softmax, the pattern what
+leaves it (before dropout). Per family:
+
+* the registry's families: ``q·kᵀ · scaling`` (softcapped where the family caps) plus the 4-D
+  mask; a masked key holds the mask's value, the dtype's lowest number. OPT hands q already
+  multiplied by ``head_dim ** -0.5`` (its ``scaling`` is 1): its q is that. Falcon-ALiBi folds its
+  bias into the mask, so its scores hold it at every key.
+* GPT-Neo: ``q·kᵀ`` in float32 (GPT-Neo upcasts q and k, even in a bf16 model) with no
+  ``head_dim ** -0.5`` — GPT-Neo does not scale — then its causal / local-window buffer (a key it
+  masks holds float32's lowest number) and then the additive padding mask (its lowest number
+  again): a key both mask holds −inf (the sum overflows), a key either masks the lowest number.
+  q, k and v are in the model's dtype, before that upcast; the pattern is cast to v's dtype.
+* BLOOM: ``alibi + (q·kᵀ) · head_dim ** -0.5`` (one ``baddbmm``; alibi is each head's slope times
+  the key's position counted over the row's real tokens) plus the 4-D mask: a masked key holds the
+  dtype's lowest number, alibi folded in as everywhere else.
 """
 from __future__ import annotations
 
@@ -87,13 +105,33 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
 
 
 def serve(model) -> str:
-    """Serve ``model`` with the registered function (every attention module of its config tree);
-    returns the implementation it had, for the record."""
+    """Serve ``model`` with the seam: the registered function (every attention module of its config
+    tree), or — a family whose attention computes its pattern in its own code — that family's
+    routine; returns the implementation it had, for the record. Serving a served model changes nothing."""
     register()
     before = getattr(model.config, "_attn_implementation", None) or "eager"
-    if before != NAME:
+    if before == NAME:
+        return before
+    routine = _routine(model)
+    if routine is None:
         model.set_attn_implementation(NAME)
+    else:
+        from . import attention_families
+
+        attention_families.install(model, routine)
+        # set_attn_implementation refuses (with a warning, changing nothing) a family that does not
+        # dispatch, so the config is told directly: the family reads it only to pick its mask
+        # builder, and NAME's is the eager one (register) it had.
+        model.config._attn_implementation = NAME
     return before
+
+
+def _routine(model) -> Optional[str]:
+    """The family routine ``model`` is served with (``layouts.Layout.attention_routine``), or None."""
+    from ..layouts import FAMILIES
+
+    layout = FAMILIES.get(getattr(model.config, "model_type", None))
+    return layout.attention_routine if layout is not None else None
 
 
 def served(model) -> bool:

@@ -230,7 +230,7 @@ def verify(engine, root: Plan, step: Attribution, state, *, batch_size: Optional
     figures = {}
     for m in step.metrics:
         figures[m.name] = _figures(m.name, users, exact, gradients, k, by_estimate if m.name == ranked else None)
-    record = {"by": est.by, "metric": ranked, "points": len(users), "verified": [p for p in chosen],
+    record = {"by": est.by, "step": step.users[0][1], "metric": ranked, "points": len(users), "verified": [p for p in chosen],
               "top": est.top, "random": est.random, "all": est.all, "seed": est.seed, "k": k,
               "calls": dict(gradients.calls), "figures": figures}
     root.results.setdefault("attribution", {})[step.name] = record

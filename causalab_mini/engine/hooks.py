@@ -7,10 +7,11 @@ what it adds is finding the module (``standardize.py``), saying where the tensor
 sits in that module's value (a ``Selection`` per component), and removing every
 hook it registered however the forward ends.
 
-Inside attention (q, k, v, the scores, the pattern) it listens on transformers' own attention
-seam (``attention.py``: a registered attention function the model is served with). What it
-refuses, by name: an interior of a family whose attention does not go through that seam (at
-compile time, through ``locate``); ``remote`` in any form; a model with no weights (a meta shell).
+Inside attention (q, k, v, the scores, the pattern) it listens on the attention seam the model
+is served with (``attention.py``: a function registered with transformers, or — GPT-Neo, BLOOM —
+the family's routine, ``attention_families.py``). What it refuses, by name: an interior of a model
+whose attention no seam reaches (a document's own ``model.modules``; at compile time, through
+``locate``); ``remote`` in any form; a model with no weights (a meta shell).
 A decoding forward is ``model.generate`` with the same hooks firing at every
 step, a pre-hook on the model counting the steps.
 """
@@ -123,8 +124,9 @@ class HooksEngine(AnswersFromFacts, Engine):
         """The document's model as a frozen ``AutoModelForCausalLM``, its modules standardized.
 
         ``attention_seam``: some point taps inside attention (q, k, v, the scores, the pattern):
-        the model is served with the registered attention function that reaches them
-        (engine/attention.py: the family's eager arithmetic, exactly), and run.json says so.
+        the model is served with the attention seam that reaches them (engine/attention.py: the
+        family's eager arithmetic, exactly — the registered function, or the family's routine),
+        and run.json says so.
         ``attention_probs`` is accepted so both engines load with one call.
         """
         loading.quiet_loading()
@@ -142,7 +144,7 @@ class HooksEngine(AnswersFromFacts, Engine):
         loading.freeze(model)
         layout = described.facts.layout
         if (attention_seam or attention_probs) and layout is not None and layout.attention_call:
-            attention.serve(model)  # GPT-Neo, BLOOM: their interiors are refused at compile time
+            attention.serve(model)  # no seam (a document's own modules): interiors refused at compile time
         return cls(model, described.facts)
 
     # --- compile time -------------------------------------------------------------------------

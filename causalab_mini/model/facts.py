@@ -130,33 +130,40 @@ class ModelFacts:
         if component in self.absent:
             problem, fix = self.absent[component]
             return f"{component} does not exist on {layout.family}: {problem}; {fix}"
-        if engine not in TRACED and component in INTERIORS:
-            # Inside attention, the hooks engine taps the attention function transformers calls
-            # (engine/attention.py): every family whose attention module calls it.
-            if not layout.attention_call:
-                return (f"{component} is inside {layout.family}'s attention, which computes its pattern in "
-                        "its own forward rather than through transformers' attention-function registry, so "
-                        "no registered function sees it; read attention_z (the per-head result) instead")
-
-        if engine in TRACED and component in QKV and not layout.attention_call:
-            return (f"{component} is an argument of the attention function call, and {layout.family}'s "
-                    "attention computes q, k and v in its own forward with no such call; read "
+        seam = layout.attention_seam  # how the attention seam reaches inside: the registry, a routine, None
+        if engine not in TRACED and component in INTERIORS and seam is None:
+            # Inside attention, the hooks engine listens through the attention seam (engine/attention.py),
+            # which knows the families of the layout table, not a document's own modules.
+            return (f"{component} is inside {layout.family}'s attention, whose code this project does not "
+                    "know (its modules are named by the document), so no seam reaches inside it; read "
                     "attention_z (the per-head result) instead")
+        if engine in TRACED and component in QKV:
+            if seam is None:
+                return (f"{component} is an argument of the attention function call, and {layout.family}'s "
+                        "attention is not known to make one; read attention_z (the per-head result) instead")
+            if layout.attention_routine and engine in REMOTE:
+                # This process's routine (engine/attention_families.py) does not run on a server, and
+                # the family's own forward makes no call whose arguments nnsight could trace there.
+                return (f"{component} on {layout.family} is reached through the attention routine this "
+                        f"project installs on the model in this process, and a remote server runs "
+                        f"{layout.family}'s own attention, which computes q, k and v with no attention "
+                        "function call; read attention_z (the per-head result) instead")
         if engine in TRACED and component in PATTERNS:
             # The nnterp engine reaches the scores, and a pattern nnterp 1.3.0's own route cannot,
-            # through transformers' attention function (engine/attention.py) — in this process: a
-            # remote engine's server runs its own attention function.
-            seam = layout.attention_call and engine not in REMOTE
-            if component == "attention_scores" and not seam:
+            # through the attention seam (engine/attention.py) — in this process: a remote engine's
+            # server runs its own attention.
+            here = seam is not None and engine not in REMOTE
+            if component == "attention_scores" and not here:
                 why = ("a remote server runs its own attention function" if engine in REMOTE else
-                       f"{layout.family}'s attention does not call it")
-                return (f"attention_scores is reached through transformers' attention-function registry, "
-                        f"and {why}; read attention_probs or attention_z instead")
-            if component == "attention_probs" and not (layout.attention_pattern or seam):
+                       f"{layout.family}'s attention is not known to call it")
+                return (f"attention_scores is reached through the attention seam this project serves the "
+                        f"model with, and {why}; read attention_probs or attention_z instead")
+            if component == "attention_probs" and not (layout.attention_pattern or here):
                 return (f"attention_probs on {layout.family} fails nnterp 1.3.0's own load-time check under "
                         "transformers 5 (its route to the pattern does not exist there)"
-                        + ("" if engine in REMOTE else f", and {layout.family}'s attention does not call "
-                           "transformers' attention function") + "; read attention_z instead")
+                        + (", and a remote server runs the family's own attention" if engine in REMOTE else
+                           f", and {layout.family}'s attention is not known to the attention seam")
+                        + "; read attention_z instead")
         return None
 
     def locate(self, site, *, path: str, engine: str) -> Address:

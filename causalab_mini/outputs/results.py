@@ -32,9 +32,12 @@ class Result:
     (eligible) rows; ``rows`` and ``eligible`` keep every row, excluded ones included.
     """
 
-    def __init__(self, name: str, rows: list[dict]):
+    def __init__(self, name: str, rows: list[dict], verification: Optional[dict] = None):
         self.name = name
         self.rows = rows
+        # Estimated by attribution and verified: the sweep's figures for this metric (spearman,
+        # recall, error, ...; run.json's ``attribution``), the same at every point. None otherwise.
+        self.verification = verification
 
     @property
     def values(self) -> tuple[float, ...]:
@@ -143,7 +146,9 @@ def scored_in_plan(plan: Plan) -> list[Scored]:
         for metric in step.metrics:
             if metric.name in step.results:
                 rows = metric_rows(step, metric.name, plan.produced_by)
-                found.append(Scored(step_name, metric.name, Result(metric.name, rows), files.get(metric.name)))
+                figures = step.results.get("verification", {}).get(metric.name)
+                found.append(Scored(step_name, metric.name, Result(metric.name, rows, figures),
+                                    files.get(metric.name)))
     return found
 
 
@@ -305,7 +310,13 @@ class Run:
     def __post_init__(self) -> None:
         # Every point of a run ran on the run's weights; a baseline stores them per point.
         model = (self.record or {}).get("model") or {}
+        verified = {}  # an attributed run opened from disk: its verification, from run.json
+        for record in ((self.record or {}).get("attribution") or {}).values():
+            verified.update(((record.get("step"), m), f) for m, f in (record.get("figures") or {}).items())
         for p in self.points:
+            for s in p.scored:
+                if s.result.verification is None and (s.step, s.name) in verified:
+                    s.result.verification = verified[(s.step, s.name)]
             if p.weights is None:
                 p.weights = model.get("weights")
             if p.config_digest is None:

@@ -36,7 +36,7 @@ def document_run(execution: Execution, out: Optional[Path] = None) -> Run:
     timing = execution.clock.record({s.key: s.name for s in slots} if swept else None)
     # The record names the run's point, so open() calls an unswept run's one point what run() did.
     record = {**execution.record(), "document": doc.name, **_extensions(s.valid.spec for s in slots),
-              TIMING: timing}
+              **_attribution(execution), TIMING: timing}
     points = []
     for s in slots:
         folder = (out / s.name if swept else out) if out is not None else None
@@ -60,7 +60,7 @@ def point_run(execution: Execution, key: str, folder: Optional[Path] = None) -> 
         execution.executed(key)  # refuses as its compile or its group's walk did
     single = slot.doc if slot.name is None else slot.doc.point(slot.name)
     record = {**execution.record(), "document": single.name, **_extensions(p.spec for p in single.points),
-              TIMING: execution.clock.point_record(key) if not execution.flat else execution.clock.record()}
+              **_attribution(execution), TIMING: execution.clock.point_record(key) if not execution.flat else execution.clock.record()}
     point = _point(execution, slot, single.path, single.name, (), folder, alone=True)
     ran = Run(single.path, execution.engine, [point], folder, record, plan=point.plan)
     if execution.store is not None:
@@ -80,6 +80,12 @@ def _extensions(specs) -> dict:
     for spec in specs:
         found.update((e["distribution"], e) for e in used(spec))
     return {"extensions": [found[k] for k in sorted(found)]} if found else {}
+
+
+def _attribution(execution: Execution) -> dict:
+    """run.json's ``attribution``: each attribution pass's verification (the points run exactly, the
+    figures), or nothing when the run estimated nothing."""
+    return {"attribution": dict(execution.attribution)} if execution.attribution else {}
 
 
 def _point(execution: Execution, slot: Slot, path, name: str, coords, folder, *, alone: bool = False) -> Point:

@@ -71,6 +71,7 @@ class Execution:
         self.provenance: Optional[dict] = None  # what the first walk recorded
         self._lent = False  # the shared forwards have run (their reads live in self.state)
         self._walked: Optional[Plan] = None  # the root as one walk ran it whole, for Run.plan
+        self.attribution: dict = {}  # an estimated sweep's verification (run.json's "attribution")
         self._compile(tolerant)
         self.store = self._serve()
         self.root = self._root()
@@ -229,6 +230,7 @@ class Execution:
         self._lent = self._lent or SHARED in plan.steps
         if self.provenance is None:
             self.provenance = dict(walked.provenance)
+        self.attribution.update(walked.results.get("attribution", {}))
         if whole:
             self._walked = walked
         for k in members:
