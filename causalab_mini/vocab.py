@@ -194,6 +194,7 @@ def render() -> str:
         lines.append(f"  {f.name:<9} trainable={'yes' if f.trainable else 'no ':<3}  file_path={f.loads:<8}  "
                      f"params={params:<22} {f.doc}{origin}")
     lines.append("metric kinds:     " + ", ".join(_metric_signature(m) for _, m in sorted(METRICS.items())))
+    lines.append("                  * no gradient: scored exactly, never estimated by attribution")
     for m in sorted((m for m in METRICS.values() if m.origin != "causalab-mini"), key=lambda m: m.name):
         lines.append(f"  {_metric_signature(m)}  [{m.origin}]  {m.doc.splitlines()[0] if m.doc else ''}")
     lines.append("reductions:       " + ", ".join(REDUCTIONS))
@@ -205,10 +206,11 @@ def render() -> str:
 
 
 def _metric_signature(m) -> str:
-    """``top_k(expected; k)``: its columns and reads, then its parameters."""
+    """``top_k(expected; k)*``: its columns and reads, then its parameters; a ``*`` where it has no
+    gradient (attribution cannot estimate it)."""
     slots = ", ".join((*m.columns, *m.reads))
     params = "; " + ", ".join(m.params.model_fields) if m.params is not None else ""
-    return f"{m.name}({slots}{params})"
+    return f"{m.name}({slots}{params})" + ("" if m.differentiable else "*")
 
 
 def engines_reaching(component: Component) -> tuple[str, ...]:

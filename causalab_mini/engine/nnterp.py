@@ -17,7 +17,8 @@ Beyond the module components:
 
     attention_query   ┐ the q / k / v arguments of the attention's ``attention_interface(``
     attention_key     ├ call: after the projection, the head reshape and the rotary embedding,
-    attention_value   ┘ shown as (rows, seq, heads·head_dim); refused where a family has no such call
+    attention_value   ┘ shown as (rows, seq, heads·head_dim); on GPT-Neo and BLOOM, which make no
+                        such call, through the attention seam's family routine (attention.py)
     logits            the model's output ``.logits`` (after its output transform; last)
     attention_probs   nnterp's ``attention_probabilities[l]`` (the pattern after softmax and dropout,
                       what multiplies v), shown as (rows, queries, heads·keys), heads-major. It
@@ -198,9 +199,9 @@ class NNterpEngine(AnswersFromFacts):
         from nnterp import StandardizedTransformer
         from nnterp.rename_utils import RenamingError
 
-        # The attention seam, for a family whose attention calls transformers' attention function
-        # (GPT-Neo and BLOOM compute theirs in their own forward); with it the pattern comes through
-        # it too. Else nnterp's own route to the pattern, where it passes nnterp's check.
+        # The attention seam, for a family it reaches (the registry's function, or GPT-Neo's and BLOOM's
+        # routine); with it the pattern comes through it too. Else nnterp's own route to the pattern,
+        # where it passes nnterp's check.
         seam = (attention_seam and weights and facts.layout is not None and facts.layout.attention_call)
         eager = (attention_probs and not seam and facts.refusal("attention_probs", cls.name) is None
                  and facts.layout is not None and facts.layout.attention_pattern)
@@ -221,6 +222,10 @@ class NNterpEngine(AnswersFromFacts):
                     source = load_causal_lm(resolved, {**options, **({"attn_implementation": "eager"} if eager else {})})
             except (OSError, ValueError) as err:  # no safetensors weights, a broken file, ...
                 raise loading._hub_failure(resolved, err, roots) from None
+            if seam and facts.layout.attention_routine:
+                # A routine swaps the attention modules' class, which nnsight must find when it wraps
+                # their forwards (attention_families.py): served before the model is handed over.
+                attention.serve(source)
             options = {}
         with loading.quiet_library_logs():
             try:
@@ -245,7 +250,7 @@ class NNterpEngine(AnswersFromFacts):
                 raise loading._hub_failure(resolved, err, roots) from None
         loading.freeze(model._model)
         if seam:
-            attention.serve(model._model)
+            attention.serve(model._model)  # the registry's: a config switch (a routine's: served above)
         if weights:  # its forwards run here: each keeps nnsight's wrapping only where its taps are (unwrap.py)
             unwrap.manage(model._model, model.interleaver)
         return cls(model, facts)
@@ -253,10 +258,12 @@ class NNterpEngine(AnswersFromFacts):
     # --- compile-time members ---------------------------------------------------
     def locate(self, site, *, path: str, engine=None):
         address = self._facts.locate(site, path=path, engine=engine or self.name)
-        if address.component in PATTERNS and not attention.served(self.model._model) and (
-                address.component == "attention_scores" or not self.model.attn_probs_available):
-            # The scores, and a pattern nnterp's own route does not serve: through the attention
-            # function transformers calls (attention.py), chosen when the model loads.
+        component = address.component
+        if not attention.served(self.model._model) and (
+                (component in PATTERNS and (component == "attention_scores" or not self.model.attn_probs_available))
+                or (component in QKV_ARGUMENT and self._routine)):
+            # The scores, a pattern nnterp's own route does not serve, and a routine family's q/k/v:
+            # through the attention seam (attention.py), chosen when the model loads.
             raise Unsupported(f"{path}.component", f"{address.component} is reached through the attention "
                               "function the model is served with when it loads, and this model was loaded "
                               "without it", attention.LOAD_FIX)
@@ -264,10 +271,18 @@ class NNterpEngine(AnswersFromFacts):
             self._point(address, path)  # every interior and projection is found now, not in a trace
         return address
 
+    @property
+    def _routine(self) -> bool:
+        """The family's attention is reached by a routine of the seam's (GPT-Neo, BLOOM): its forward
+        makes no ``attention_interface(`` call whose arguments nnsight could hand over."""
+        return bool(self._facts.layout is not None and self._facts.layout.attention_routine)
+
     def _seamed(self, component: str) -> bool:
-        """Whether ``component`` is reached through the attention seam: a pattern, once the model
-        is served with it (nnterp's own route to the pattern reads an eager source it no longer runs)."""
-        return component in PATTERNS and attention.served(self.model._model)
+        """Whether ``component`` is reached through the attention seam, once the model is served with
+        it: a pattern (nnterp's own route to the pattern reads an eager source it no longer runs), and
+        a routine family's q, k and v."""
+        return ((component in PATTERNS or (component in QKV_ARGUMENT and self._routine))
+                and attention.served(self.model._model))
 
     # --- run ----------------------------------------------------------------------
     def execute(self, plan, *, remote=False, batch_size=None, at_once=1, state=None):
@@ -316,7 +331,7 @@ class NNterpEngine(AnswersFromFacts):
         groups = self._groups([t for t in forward.taps if not self._seamed(t.address.component)])
         model = self.model
         step = [None if not forward.decode else -1]  # the decode step the seam's call is in
-        listeners = attention.listeners(  # the scores and the pattern, through the seam
+        listeners = attention.listeners(  # the scores and the pattern (a routine's q/k/v), through the seam
             seamed, lambda a: model._model.get_submodule(self._found(a.component, a.layer, a.spelling()).path),
             forward, values, featurizers, step)
         project = self._project

@@ -80,8 +80,8 @@ def check(path: str, obs: Observe, iv, ipath: str) -> None:
     for m in obs.metrics:
         kind = METRICS[m.kind]
         if not kind.differentiable:
-            instead = DIFFERENTIABLE_INSTEAD.get(m.kind, "a kind that declares a gradient "
-                                                 "(`causalab-mini vocab` marks them)")
+            instead = DIFFERENTIABLE_INSTEAD.get(m.kind, "a kind with a gradient (`causalab-mini vocab` "
+                                                 "marks the ones without with *)")
             raise CompileError(f"{ipath}.metrics.{m.name}.kind", f"{m.kind} has no gradient, so attribution "
                                "cannot estimate it (a first-order estimate is a derivative)",
                                f"estimate {instead}, or run this metric exactly")
