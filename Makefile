@@ -40,6 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/featurizers.py
 	$(BIN)/python benchmarks/sweep.py
 	$(BIN)/python benchmarks/huge_documents.py
+	$(BIN)/python benchmarks/attribution.py
 
 # The resolver's character map, fast against the growing-prefix definition (under a minute).
 bench-charmap: $(STAMP)

@@ -135,6 +135,7 @@ EXPECTED_POINTS = {
     "whole_answer": ["layers=0", "layers=1"],
     "pattern_patching": ["heads=0", "heads=1", "heads=2", "heads=3"],
     "logit_lens_gemma2": ["layers=0", "layers=1"],
+    "attribution_patching": [f"layers={layer},pos={pos}" for layer in (0, 1) for pos in range(-6, 0)],
     "layer_pos_sweep": ["layers=0,pos=-4", "layers=0,pos=-3", "layers=0,pos=-1",
                         "layers=1,pos=-4", "layers=1,pos=-3", "layers=1,pos=-1"],
     "das_wrong_site": [None],

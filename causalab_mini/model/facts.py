@@ -130,6 +130,8 @@ class ModelFacts:
         if component in self.absent:
             problem, fix = self.absent[component]
             return f"{component} does not exist on {layout.family}: {problem}; {fix}"
+        if layout is None:  # a published component (found by transformers' own accessors)
+            return None
         seam = layout.attention_seam  # how the attention seam reaches inside: the registry, a routine, None
         if engine not in TRACED and component in INTERIORS and seam is None:
             # Inside attention, the hooks engine listens through the attention seam (engine/attention.py),

@@ -5,7 +5,7 @@ import os
 from typing import Any
 
 from . import show_tokens
-from .plan import Featurizers, Fit, Forward, Observe, Plan, ReadOp, Shared, Weights
+from .plan import Attribution, Featurizers, Fit, Forward, Observe, Plan, ReadOp, Shared, Weights
 
 
 def _at(op) -> str:
@@ -44,8 +44,19 @@ def _forward_lines(f: Forward, indent: str, show=None) -> list[str]:
     return lines
 
 
+def _estimate_spelling(est) -> str:
+    if not est.verifies:
+        return f"estimated by {est.by}"
+    chosen = "every point" if est.all else " + ".join(
+        part for part in (f"the top {est.top}" if est.top else "",
+                          f"{est.random} at random (seed {est.seed})" if est.random else "") if part)
+    return f"estimated by {est.by}; {chosen} also run exactly, ranked by {est.metric!r}"
+
+
 def _observe_lines(name: str, obs: Observe, indent: str, show=None) -> list[str]:
     head = f"{indent}{name}: Observe  metrics={[f'{m.name}/{m.kind}' for m in obs.metrics]}"
+    if obs.estimate is not None:
+        head += f"  ({_estimate_spelling(obs.estimate)}: the written forward runs only to verify)"
     if obs.outputs:
         head += f"  outputs={[o.spelling() for o in obs.outputs]}"
     if obs.saves:
@@ -84,6 +95,11 @@ def _step_lines(name: str, step: Any, indent: str, show=None) -> list[str]:
         for f in step.forwards:
             lines += _forward_lines(f, indent + "    ", show)
         return lines
+    if isinstance(step, Attribution):
+        lines = [f"{indent}{name}: Attribution  {len(step.users)} points {_estimate_spelling(step.estimate)}: "
+                 f"the base forward once, d/d{{{', '.join(m.name for m in step.metrics)}}} at "
+                 f"{len(step.grads)} site{'s' if len(step.grads) != 1 else ''}"]
+        return lines + _forward_lines(step.forward, indent + "    ", show)
     if isinstance(step, Featurizers):
         lines = [f"{indent}{name}: Featurizers"]
         for s in step.specs:
@@ -155,10 +171,15 @@ def plan_json(step: Any) -> dict:
                 "users": {name: list(points) for name, points in step.users}}
     if isinstance(step, Observe):
         return {"kind": "observe", "rows": step.rows, "borrowed": dict(step.borrowed),
+                "estimate": None if step.estimate is None else dict(step.estimate.__dict__),
                 "metrics": [{"name": m.name, "kind": m.kind, "of": m.of, "unit": m.unit} for m in step.metrics],
                 "outputs": [o.spelling() for o in step.outputs],
                 "saves": [s.file_path for s in step.saves],
                 "forwards": [_forward_json(f) for f in step.forwards]}
+    if isinstance(step, Attribution):
+        return {"kind": "attribution", "users": [list(u) for u in step.users],
+                "metrics": [m.name for m in step.metrics], "estimate": dict(step.estimate.__dict__),
+                "forward": _forward_json(step.forward)}
     if isinstance(step, Featurizers):
         return {"kind": "featurizers", "specs": [
             {"name": s.name, "kind": s.kind, "address": s.address.spelling(), "d": s.d, "k": s.k,
