@@ -32,6 +32,12 @@ causal and padding masks and nothing raises. So the mask builder must be registe
 ``finfo(dtype).min`` where not). The script shows the silent failure with a name registered only
 in the first interface.
 
+GPT-Neo and BLOOM never call the registry (they compute attention in their own code): the project
+serves them with a routine of their own instead (``causalab_mini/engine/attention_families.py``,
+installed by ``attention.serve``). For those the script measures the routine the same way: the
+eager model against a copy served with it (logits, cached decoding, bf16), and the same pattern
+write through the routine's listener against the eager model with the softmax patched.
+
 Run: ``python benchmarks/attention_seam.py`` (builds the checkpoints in a temporary folder;
 ``--keep DIR`` to reuse a folder, ``--family NAME`` to run some of them).
 """
@@ -60,6 +66,7 @@ from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS, AttentionInterf
 
 sys.path.insert(0, str(REPO))
 from causalab_mini.engine import attention as seam  # noqa: E402  (the function measured)
+from causalab_mini.layouts import FAMILIES as LAYOUTS  # noqa: E402
 
 NAME = "causalab_probe"  # not the project's own name: this script registers its observer around it
 TEXTS = ["The quick brown fox jumps over the lazy dog near the river", "Hello world"]
@@ -234,11 +241,12 @@ def llama_by_hand(model, input_ids, attention_mask, write: bool) -> torch.Tensor
 # What the generic function lacks, or what a user of the seam must know, per family (from reading
 # transformers/models/<family>/modeling_<family>.py; see the report printed at the end).
 NOTES = {
-    "gpt_neo": "attention inline (GPTNeoSelfAttention._attn): unscaled q.k, own causal/local-window buffer; "
-               "GPT_NEO_ATTENTION_CLASSES has only eager/flash_attention_2, a custom name -> KeyError at init",
-    "bloom": "no calls (both loads run bloom's own code, so Δ is n/a): attention inline "
-             "(BloomAttention.forward): alibi.baddbmm(q, k) + mask, never reads "
-             "_attn_implementation; a custom name loads and is silently ignored",
+    "gpt_neo": "attention inline (GPTNeoSelfAttention._attn): unscaled q.k in fp32, own causal/local-window "
+               "buffer then the padding mask (-inf where both mask); GPT_NEO_ATTENTION_CLASSES has only "
+               "eager/flash_attention_2, a custom name -> KeyError at init: the routine replaces _attn",
+    "bloom": "attention inline (BloomAttention.forward): alibi.baddbmm(q, k) + mask, never reads "
+             "_attn_implementation (a custom name loads and is silently ignored): the routine replaces "
+             "the forward",
     "bloom_slow_but_exact": "as bloom",
     "opt": "q reaches the seam pre-multiplied by head_dim**-0.5 (bias included), scaling=1.0",
     "opt_350m": "as opt",
@@ -406,6 +414,62 @@ def measure(family: str, folder: Path) -> dict:
     return row
 
 
+def measure_routine(family: str, folder: Path) -> dict:
+    """A family the registry does not reach, against the routine ``attention.serve`` installs: the
+    eager model, and a copy served with the routine (its listener recording and, for the write,
+    rewriting layer 0's pattern as ``rewrite`` does)."""
+    routine = LAYOUTS[_config_of(folder).model_type].attention_routine
+    row: dict = {"routine": routine}
+    tok = AutoTokenizer.from_pretrained(folder)
+    tok.padding_side = "left"
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    batch = tok(TEXTS, return_tensors="pt", padding=True)
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    real = mask.bool()
+    eager, served = load(folder, "eager"), load(folder, "eager")
+    row["before"] = seam.serve(served)
+    modules = [m for m in served.modules() if type(m).__name__.startswith("Seamed")]
+    row["calls"] = len(modules)
+    seen: dict = {}
+
+    def listener(layer, write):
+        def listen(part, x):
+            seen.setdefault(layer, {})[part] = tuple(x.shape)
+            return rewrite(x) if write and layer == WRITE_LAYER and part == "attention_probs" else x
+        return listen
+
+    with torch.no_grad():
+        ref = eager(input_ids=ids, attention_mask=mask).logits
+        with seam.listening({m: listener(i, False) for i, m in enumerate(modules)}):
+            out = served(input_ids=ids, attention_mask=mask).logits
+        row["layers"] = sorted(seen)
+        row["qkv"] = tuple(seen[0][p] for p in ("attention_query", "attention_key", "attention_value"))
+        row["d_all"] = float((out - ref).abs().max())
+        row["d_real"] = float((out - ref)[real].abs().max())
+        with seam.listening({m: listener(i, True) for i, m in enumerate(modules)}):
+            out_w = served(input_ids=ids, attention_mask=mask).logits
+    with torch.no_grad(), eager_softmax_rewrite() as n4d:
+        ref_w = eager(input_ids=ids, attention_mask=mask).logits
+    row["softmax4d_calls"] = n4d["n"]
+    row["effect"] = float((out_w - out).abs().max())
+    row["d_write"] = float((out_w - ref_w)[real].abs().max())
+    row["d_decode"] = float((decode(served, ids, mask) - decode(eager, ids, mask)).abs().max())
+    e16, m16 = load(folder, "eager", torch.bfloat16), load(folder, "eager", torch.bfloat16)
+    seam.serve(m16)
+    with torch.no_grad():
+        a = e16(input_ids=ids, attention_mask=mask).logits.float()
+        b = m16(input_ids=ids, attention_mask=mask).logits.float()
+    row["d_bf16"] = float((a - b)[real].abs().max())
+    return row
+
+
+def _config_of(folder: Path):
+    from transformers import AutoConfig
+
+    return AutoConfig.from_pretrained(folder)
+
+
 def fmt(x):
     if x is None:
         return "-"
@@ -431,6 +495,9 @@ def main(argv=None):
             try:
                 folder = build(fam, root / fam)
                 rows.append(measure(fam, folder))
+                if rows[-1].get("dispatch") == "no" and LAYOUTS[_config_of(folder).model_type].attention_routine:
+                    rows[-1].update(measure_routine(fam, folder))
+                    rows[-1].pop("error", None)
             except Exception as e:  # noqa: BLE001
                 traceback.print_exc()
                 rows.append({"family": fam, "dispatch": "?", "error": f"{type(e).__name__}: {e}"[:120]})
@@ -448,6 +515,11 @@ def main(argv=None):
     print(" | ".join(head))
     print("|".join("---" for _ in head))
     for r in rows:
+        if "routine" in r:
+            print(" | ".join([r["family"], f"no: routine {r['routine']}", f"{r['calls']}/{r['layers']}", "-", "-",
+                              "-", fmt(r["d_all"]), fmt(r["d_real"]), fmt(r["d_write"]), fmt(r["effect"]),
+                              fmt(r["d_bf16"]), r.get("notes", "")]))
+            continue
         if "error" in r and "d_real" not in r:
             print(" | ".join([r["family"], r.get("dispatch", "?"), "-", "-", "-", "-", "-", "-", "-", "-", "-",
                               (r.get("notes", "") + "; " + r["error"]).strip("; ")]))
@@ -468,7 +540,7 @@ def main(argv=None):
             lo, hi, inf = r["masked"]
             extra.append(f"masked scores in [{lo:.4g}, {hi:.4g}], any inf: {inf}; mask {r['mask_shape']}")
         if r.get("qkv"):
-            extra.append(f"q,k,v (k/v repeated) {r['qkv']}")
+            extra.append(f"q,k,v {'as the listener sees them' if 'routine' in r else '(k/v repeated)'} {r['qkv']}")
         if "softmax4d_calls" in r:
             extra.append(f"eager 4-D softmax calls {r['softmax4d_calls']}")
         for key in ("d_switch", "d_decode", "d_hand", "d_hand_write", "d_nomask", "d_nocap"):
@@ -480,6 +552,9 @@ def main(argv=None):
             extra.append(f"config._attn_implementation={r['config_impl']}")
         if extra:
             print(f"{r['family']}: " + "; ".join(extra))
+    print("\nA routine row (GPT-Neo, BLOOM): Δ is the model served with the family's routine against the "
+          "same checkpoint's eager model; calls/layers: modules the routine replaced / layers its listener "
+          "heard; d_decode likewise.")
     print("\nd_switch: a model loaded with the default implementation, then set_attn_implementation("
           f"'{NAME}'), vs eager (real tokens); d_decode: 3 cached greedy steps after the prefill "
           "(q length 1 against the cache), causalab vs eager.")

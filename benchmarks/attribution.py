@@ -186,8 +186,8 @@ SHIPPED = {"tiny-llama": "layer_pos_sweep", "tiny-gpt2": "patching_gpt2", "tiny-
 
 
 def agreement() -> None:
-    print(f"\nagreement with the exact sweep, shipped trained models (2 layers x the last 6 positions"
-          f" [x 4 heads | x 4 unit groups]; every point verified)")
+    print("\nagreement with the exact sweep, shipped trained models (2 layers x the last 6 positions"
+          " [x 4 heads | x 4 unit groups]; every point verified)")
     print(f"{'model':12s} {'site':17s} {'points':>6s} {'spearman':>9s} {'recall@3':>9s} {'worst row':>10s}")
     base = json.loads((REPO / "documents" / "v2" / "layer_pos_sweep.causalab.json").read_text())
     with tempfile.TemporaryDirectory() as tmp:

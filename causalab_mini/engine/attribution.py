@@ -149,6 +149,10 @@ def estimate(engine, obs: Observe, state, *, batch_size: Optional[int] = None) -
             values.update(walk._run_forwards(engine, plain, state, obs.rows, batch_size, obs.name))
     written = next(f for f in ready.forwards if f.writes)
     windows = {n: (w, r) for f in ready.forwards for n, w, r in f.windows}
+    # What earlier steps of the point published (a mean to ablate with), as tensors over every row;
+    # kept for verification, which runs this pass exactly after the point's own walk has ended.
+    published = {n: walk._slice_published(p, 0, obs.rows) for n, p in state.outputs.items()}
+    state.estimates[(id(obs), "outputs")] = dict(state.outputs)
     changes = []
     with torch.no_grad():
         for w in written.writes:
@@ -160,7 +164,7 @@ def estimate(engine, obs: Observe, state, *, batch_size: Optional[int] = None) -
             new = intervene.apply_write(
                 x, featurizer=state.featurizers.get(w.featurizer, IDENTITY) if w.featurizer else IDENTITY,
                 mechanism=w.mechanism, params=dict(w.params),
-                operand=taps.conform(_cpu(taps.operand_value(w.operand, {**state.outputs, **values})), x),
+                operand=taps.conform(_cpu(taps.operand_value(w.operand, {**published, **values})), x),
                 f0=f0, features=w.features, path=w.name)
             changes.append((w, window, ragged, (new - x).to(torch.float32)))
         if ready.positions is not None:
@@ -223,14 +227,15 @@ def verify(engine, root: Plan, step: Attribution, state, *, batch_size: Optional
             fitting.construct(featurizers, state)
         again = replace(obs, estimate=None, results={})
         with torch.no_grad():
-            walk.observe(engine, again, walk.State(featurizers=state.featurizers, shared=state.shared),
+            walk.observe(engine, again, walk.State(outputs=dict(state.estimates[(id(obs), "outputs")]),
+                                                   featurizers=state.featurizers, shared=state.shared),
                          batch_size=batch_size)
         exact[p] = again.results
     k = est.top or max(1, round(len(users) / 10))
     figures = {}
     for m in step.metrics:
         figures[m.name] = _figures(m.name, users, exact, gradients, k, by_estimate if m.name == ranked else None)
-    record = {"by": est.by, "step": step.users[0][1], "metric": ranked, "points": len(users), "verified": [p for p in chosen],
+    record = {"by": est.by, "step": step.users[0][1], "metric": ranked, "points": len(users), "verified": [p or None for p in chosen],
               "top": est.top, "random": est.random, "all": est.all, "seed": est.seed, "k": k,
               "calls": dict(gradients.calls), "figures": figures}
     root.results.setdefault("attribution", {})[step.name] = record
@@ -270,7 +275,7 @@ def _figures(name: str, users, exact: dict, gradients: Gradients, k: int, by_est
         for i in both:
             err = abs(est_of[i] - exact_of[i])
             if err > worst or worst_at is None:
-                worst, worst_at = err, {"point": p, "row": i}
+                worst, worst_at = err, {"point": p or None, "row": i}
     out = {"spearman": spearman(est_effects, exact_effects), "error": worst if worst_at else None,
            "error_at": worst_at, "verified": len(est_effects)}
     if by_estimate is not None:

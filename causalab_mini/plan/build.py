@@ -188,6 +188,12 @@ class _PointCompiler:
                                "estimate verifies are run exactly after every point has been estimated, "
                                "when a fit would have moved its featurizers on", "estimate in a document that "
                                "loads the trained featurizer (its weights step's file) instead")
+        from ..engines import remote_names
+
+        if self.ctx.engine in remote_names():
+            raise CompileError(f"{path}.estimate", f"the {self.ctx.engine} engine runs its forwards on a server, "
+                               "and attribution's gradients are taken in this process's walk",
+                               "estimate with a local engine (hooks or nnterp), or run the sweep exactly")
         obs = replace(obs, estimate=attribution.plan_estimate(step, obs.metrics))
         attribution.check(path, obs, self.spec.interventions[step.interventions],
                           f"interventions.{step.interventions}")

@@ -164,14 +164,27 @@ class Execution:
         if self.flat:
             return [[next(iter(self.slots))]]
         points = [(k, p) for k, p in self.root.steps.items() if isinstance(p, Plan)]
-        # An estimated sweep is one walk: its points are estimated from one attribution pass, and the
-        # points it verifies are chosen only once every point is estimated.
-        if not getattr(self.loaded, "incremental", True) or attribution_steps(self.root):
+        if not getattr(self.loaded, "incremental", True):
             return [[k for k, _ in points]]
+        # An estimated sweep is one group: its points are estimated from one attribution pass, and
+        # the points it verifies are chosen only once every point is estimated. It walks where its
+        # first point would have.
+        estimated = {a.name: [p for p, _ in a.users] for a in attribution_steps(self.root)}
+        first = {users[0]: users for users in estimated.values()}
+        others = [(k, p) for k, p in points if not any(k in users for users in estimated.values())]
         if self.options.at_once > 1:
-            return [[k for k, _, _ in g] for g in at_once_mod.groups(points, self.options.at_once,
-                                                                       self.options.batch_size)]
-        return [[k] for k, _ in points]
+            groups = [[k for k, _, _ in g] for g in at_once_mod.groups(others, self.options.at_once,
+                                                                         self.options.batch_size)]
+        else:
+            groups = [[k] for k, _ in others]
+        starts = {g[0]: g for g in groups}
+        ordered = []
+        for k, _ in points:
+            if k in first:
+                ordered.append(first[k])
+            elif k in starts:
+                ordered.append(starts[k])
+        return ordered
 
     # --- 4. compute ------------------------------------------------------------------------
 
@@ -208,11 +221,14 @@ class Execution:
 
     def _walk(self, members: list[str]) -> None:
         from ..engine.steps import State
+        from ..plan.attribution import attribution_steps
 
         if self.flat or len(members) == self._in_root:
             plan, whole = self.root, True
         else:
             steps = {SHARED: self.root.steps[SHARED]} if SHARED in self.root.steps and not self._lent else {}
+            # The attribution pass of a group of estimated points walks with them (before them).
+            steps.update((a.name, a) for a in attribution_steps(self.root) if a.users[0][0] in members)
             steps.update((k, self.root.steps[k]) for k in members)
             plan, whole = replace(self.root, steps=steps, provenance={}), False
         # A walk of the whole root starts afresh, as a run always has (its progress counts every row);
