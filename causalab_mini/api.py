@@ -252,7 +252,7 @@ def _check_targets(out: Path, execution) -> None:
     from .outputs.write import check_targets, planned_files
     from .plan.plan import Plan
 
-    slots = list(execution.slots.values())
+    slots = execution.shown()
     if execution.flat:
         layout = slots[0].compiled
     else:

@@ -93,8 +93,8 @@ COMPONENTS: dict[str, Component] = {c.name: c for c in (
     _C("attention_value", "interior", "heads", True, 3, "len(heads)*head_dim",
        "per-head value after projection", ATTENTION, INSIDE, HEADS, head_count="n_kv_heads"),
     _C("attention_scores", "interior", "heads", True, 4, "keys of the padded batch",
-       "attention scores before the softmax: q·k scaled, the family's softcap, the mask added "
-       "(a masked key holds the dtype's lowest number)", ATTENTION, INSIDE, UNFIXED),
+       "attention scores: what enters the softmax — q·k scaled, the family's softcap, the mask "
+       "added (a masked key holds the dtype's lowest number; GPT-Neo's, masked twice, -inf)", ATTENTION, INSIDE, UNFIXED),
     _C("attention_probs", "interior", "heads", True, 5, "keys of the padded batch",
        "attention pattern: the softmax of the scores", ATTENTION, INSIDE, UNFIXED),
     _C("attention_z", "interior", "heads", True, 6, "len(heads)*head_dim",

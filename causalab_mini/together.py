@@ -82,7 +82,7 @@ def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[
     for doc, names in selections:
         chosen(doc, names)  # an unknown point refused before any folder is looked at
     execution = Execution(loaded, selections, options, clock=clock)
-    folders = {key: out(s.doc, s.name) if out is not None else None for key, s in execution.slots.items()}
+    folders = {s.key: out(s.doc, s.name) if out is not None else None for s in execution.shown()}
     for folder in filter(None, folders.values()):
         check_out(folder)
     for key, folder in folders.items():
@@ -90,8 +90,8 @@ def run_together(selections, *, loaded, out: OutOf = None, batch_size: Optional[
             check_targets(folder, planned_files(replace(execution.slots[key].compiled, name="<root>", coords=())))
     execution.compute()
     runs: list[dict] = [{} for _ in selections]
-    for key, s in execution.slots.items():
-        runs[s.index][s.name] = point_run(execution, key, folders[key])
+    for s in execution.shown():
+        runs[s.index][s.name] = point_run(execution, s.key, folders[s.key])
     return runs
 
 

@@ -1,23 +1,26 @@
 """Inside attention on the hooks engine (engine/attention.py), against the family's own eager code.
 
-For every family of ``tests/families.py`` whose attention calls transformers' attention-function
-registry (``Layout.attention_call``), a tiny random checkpoint is built once and loaded twice:
+For every family of ``tests/families.py`` (every one has the attention seam, ``Layout.attention_seam``:
+transformers' attention-function registry, or GPT-Neo's and BLOOM's routine,
+``engine/attention_families.py``), a tiny random checkpoint is built once and loaded twice:
 
-* by the hooks engine, which serves it with the registered ``"causalab"`` function; its reads of
-  ``attention_query`` / ``_key`` / ``_value`` / ``_scores`` / ``_probs`` at layer 1 (a heads
-  selector; the last token, every token, the last three) on a left-padded batch;
+* by the hooks engine, which serves it with the seam; its reads of ``attention_query`` / ``_key`` /
+  ``_value`` / ``_scores`` / ``_probs`` at layer 1 (a heads selector; the last token, every token,
+  the last three) on a left-padded batch;
 * by transformers alone with ``attn_implementation="eager"``: the pattern from
   ``output_attentions=True``; q, k, v as the arguments layer 1's attention module hands its
-  family's own ``eager_attention_forward`` (wrapped here); the scores as the tensor that function
-  hands ``torch.nn.functional.softmax`` (patched for the duration of that one call). Same ids,
-  mask and position ids (``reference.padded``, checked equal to the engine's forward).
+  family's own ``eager_attention_forward`` (wrapped here) — GPT-Neo: the arguments of its own
+  ``_attn``; BLOOM: what its own ``_reshape`` returns — and the scores as the tensor the family's
+  code hands ``torch.nn.functional.softmax`` (patched for the duration of that one call). Same
+  ids, mask and position ids (``reference.padded``, checked equal to the engine's forward).
 
 Writes (a pattern clamped or swapped from the counterfactual run, scores clamped, a query or value
 head zeroed) are held to the same eager forward with the same change made by hand inside the
-family's function: the softmax's input or output replaced, or its q/v argument. Both engines read
-the same interiors where nnterp reaches them; serving the seam moves nothing else beyond float32
-rounding; GPT-Neo and BLOOM are refused by name at compile time, and the nnterp engine refuses
-``attention_scores``; run.json says which attention implementation ran. All to 1e-5.
+family's code: the softmax's input or output replaced, or its q/v. Both engines read the same
+interiors where nnterp reaches them; serving the seam moves nothing else beyond float32 rounding
+(GPT-Neo and BLOOM: nothing at all); a remote engine is refused what only this process's seam
+serves, and a document's own ``model.modules`` every interior on hooks; run.json says which
+attention implementation ran. All to 1e-5.
 """
 from __future__ import annotations
 
@@ -36,9 +39,10 @@ from reference import padded
 from test_families import REFERENCE
 import causalab_mini as cm
 from causalab_mini.components import INTERIORS
-from causalab_mini.engine import attention
+from causalab_mini.engine import attention, attention_families
 from causalab_mini.errors import CompileError
-from causalab_mini.layouts import FAMILIES as LAYOUTS
+from causalab_mini.layouts import FAMILIES as LAYOUTS, ROUTINES
+from causalab_mini.model.facts import ModelFacts
 from causalab_mini.plan import compile as compiler
 
 pytestmark = pytest.mark.families
@@ -64,9 +68,16 @@ def _model_type(family: str) -> str:
     return families._config(family).model_type
 
 
+def _routine(family: str):
+    """The seam's routine for the family (``"gpt_neo"``, ``"bloom"``), or None: the registry's function."""
+    return LAYOUTS[_model_type(family)].attention_routine
+
+
 SEAM = tuple(f for f in families.FAMILIES if LAYOUTS[_model_type(f)].attention_call)
-NO_SEAM = tuple(f for f in families.FAMILIES if not LAYOUTS[_model_type(f)].attention_call)
-assert set(NO_SEAM) == {"gpt_neo", "bloom", "bloom_slow_but_exact"}, NO_SEAM
+assert SEAM == tuple(families.FAMILIES), set(families.FAMILIES) - set(SEAM)
+ROUTINE = tuple(f for f in SEAM if _routine(f))
+assert set(ROUTINE) == {"gpt_neo", "bloom", "bloom_slow_but_exact"}, ROUTINE
+assert set(ROUTINES) == set(attention_families.ROUTINES)  # the layout's names are the routines there
 
 
 # --- documents --------------------------------------------------------------------------------
@@ -135,48 +146,92 @@ class Edit:
         self.query, self.value, self.scores, self.probs = query, value, scores, probs
 
 
+def _edit_qkv(store, edit: Edit, query, key, value):
+    """q and v as the edit changes them (clones); all three kept in ``store`` (None: not watched)."""
+    if edit.query is not None:
+        query = edit.query(query.clone())
+    if edit.value is not None:
+        value = edit.value(value.clone())
+    if store is not None:
+        store.update(query=query.detach().clone(), key=key.detach().clone(), value=value.detach().clone(),
+                     softmaxes=0)
+    return query, key, value
+
+
 @contextmanager
-def eager_wrapped(attn_module, watch: dict, edits: dict):
-    """The family's ``eager_attention_forward``, wrapped: for an attention module in ``watch``, its
-    (query, key, value) arguments and its softmax's input and output are kept there; for one in
-    ``edits``, the change is made. The softmax patched is the one the family calls by attribute
-    (``nn.functional.softmax``), for the duration of that call only."""
-    module = importlib.import_module(type(attn_module).__module__)
-    original = module.eager_attention_forward
+def _softmax_edited(store, edit: Edit):
+    """``torch.nn.functional.softmax`` patched for one attention call: its input kept as the scores,
+    the edit made to its input and output. The families call it by attribute (``nn.functional.softmax``,
+    ``F.softmax``), so the patch reaches them."""
     softmax = torch.nn.functional.softmax
 
-    def eager(attn, query, key, value, attention_mask, *args, **kwargs):
-        store, edit = watch.get(attn), edits.get(attn, Edit())
-        if edit.query is not None:
-            query = edit.query(query.clone())
-        if edit.value is not None:
-            value = edit.value(value.clone())
+    def patched(x, *a, **k):
         if store is not None:
-            store.update(query=query.detach().clone(), key=key.detach().clone(), value=value.detach().clone(),
-                         softmaxes=0)
+            store["scores"] = x.detach().clone()
+            store["softmaxes"] += 1
+        if edit.scores is not None:
+            x = edit.scores(x.clone())
+        out = softmax(x, *a, **k)
+        if edit.probs is not None:
+            out = edit.probs(out.clone())
+        return out
 
-        def patched(x, *a, **k):
-            if store is not None:
-                store["scores"] = x.detach().clone()
-                store["softmaxes"] += 1
-            if edit.scores is not None:
-                x = edit.scores(x.clone())
-            out = softmax(x, *a, **k)
-            if edit.probs is not None:
-                out = edit.probs(out.clone())
-            return out
-
-        torch.nn.functional.softmax = patched
-        try:
-            return original(attn, query, key, value, attention_mask, *args, **kwargs)
-        finally:
-            torch.nn.functional.softmax = softmax
-
-    module.eager_attention_forward = eager
+    torch.nn.functional.softmax = patched
     try:
         yield
     finally:
-        module.eager_attention_forward = original
+        torch.nn.functional.softmax = softmax
+
+
+@contextmanager
+def eager_wrapped(attn_module, watch: dict, edits: dict, routine=None):
+    """The family's own eager attention, wrapped: for an attention module in ``watch``, its
+    (query, key, value) and its softmax's input and output are kept there; for one in ``edits``,
+    the change is made. ``routine`` None: the family's ``eager_attention_forward`` (every module of
+    the family goes through it); ``"gpt_neo"``: each module's own ``_attn`` (q, k, v its arguments);
+    ``"bloom"``: each module's own forward (q, k, v what its ``_reshape`` returns; no cache is used)."""
+    if routine is None:
+        module = importlib.import_module(type(attn_module).__module__)
+        original = module.eager_attention_forward
+
+        def eager(attn, query, key, value, attention_mask, *args, **kwargs):
+            store, edit = watch.get(attn), edits.get(attn, Edit())
+            query, key, value = _edit_qkv(store, edit, query, key, value)
+            with _softmax_edited(store, edit):
+                return original(attn, query, key, value, attention_mask, *args, **kwargs)
+
+        module.eager_attention_forward = eager
+        try:
+            yield
+        finally:
+            module.eager_attention_forward = original
+        return
+    wrapped = {**dict.fromkeys(watch), **dict.fromkeys(edits)}
+    for attn in wrapped:  # instance attributes over the family's own methods, removed after
+        store, edit, cls = watch.get(attn), edits.get(attn, Edit()), type(attn)
+        if routine == "gpt_neo":
+            def _attn(query, key, value, attention_mask=None, attn=attn, store=store, edit=edit, cls=cls):
+                query, key, value = _edit_qkv(store, edit, query, key, value)
+                with _softmax_edited(store, edit):
+                    return cls._attn(attn, query, key, value, attention_mask)
+            attn._attn = _attn
+        else:
+            assert routine == "bloom", routine
+
+            def _reshape(fused, attn=attn, store=store, edit=edit, cls=cls):
+                return _edit_qkv(store, edit, *cls._reshape(attn, fused))
+
+            def forward(*args, attn=attn, store=store, edit=edit, cls=cls, **kwargs):
+                assert kwargs.get("layer_past") is None, "q, k, v are _reshape's only without a cache"
+                with _softmax_edited(store, edit):
+                    return cls.forward(attn, *args, **kwargs)
+            attn._reshape, attn.forward = _reshape, forward
+    try:
+        yield
+    finally:
+        for attn in wrapped:
+            for name in ("_attn", "_reshape", "forward"):
+                attn.__dict__.pop(name, None)
 
 
 class Case:
@@ -220,7 +275,8 @@ class Case:
         ids, mask, positions = batch
         store: dict = {}
         edits = {self.attn(layer): e for layer, e in (edits or {}).items()}
-        with eager_wrapped(self.attn(LAYER), {self.attn(LAYER): store}, edits), torch.no_grad():
+        with eager_wrapped(self.attn(LAYER), {self.attn(LAYER): store}, edits, _routine(self.family)), \
+                torch.no_grad():
             out = self.hf(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False,
                           output_attentions=True)
         assert store.get("softmaxes") == 1, f"{self.family}: layer {LAYER}'s eager attention was not called once"
@@ -257,9 +313,12 @@ def cases(family_root, data_root):
     made.clear()
 
 
-def close(got, want, what: str, atol: float = ATOL):
+def close(got, want, what: str, atol: float = ATOL, exact: bool = False):
+    """Equal to ``atol``; ``exact``: bit for bit (a family routine is its family's own code, op for op)."""
     torch.testing.assert_close(got.detach().float(), want.detach().float(), rtol=0, atol=atol,
                                msg=lambda m: f"{what}: {m}")
+    if exact:
+        assert torch.equal(got, want), f"{what}: max |Δ| {(got - want).abs().nan_to_num(0).max().item():.2e}"
 
 
 def content(tok, mask) -> torch.Tensor:
@@ -278,7 +337,9 @@ def content(tok, mask) -> torch.Tensor:
 def test_interior_reads_equal_the_familys_eager_attention(cases, family):
     """Measured: bit-equal on every family. What the family hands its attention function is the
     truth here: OPT's q arrives pre-multiplied by head_dim ** -0.5 (its scaling is 1); Falcon-ALiBi's
-    bias arrives inside the mask, so it is in the scores at every key."""
+    bias arrives inside the mask, so it is in the scores at every key, as BLOOM's alibi is in its own;
+    GPT-Neo's scores are unscaled, float32, and −inf at a key both its window buffer and the padding
+    mask mask."""
     case = cases(family)
     got, forward = case.interiors()
     ids, mask, positions = case.base
@@ -292,9 +353,10 @@ def test_interior_reads_equal_the_familys_eager_attention(cases, family):
             "attention_value": store["value"][:, kv, -1],
             "attention_scores": store["scores"][:, SCORE_HEADS, -1].reshape(rows, -1),
             "attention_probs": attentions[LAYER][:, PROB_HEADS, -1].reshape(rows, -1)}
+    exact = _routine(family) is not None
     for name, value in want.items():
         assert got[name].shape == (rows, 1, value.shape[-1]), (name, got[name].shape)
-        close(got[name][:, 0], value, f"{family} {name}")
+        close(got[name][:, 0], value, f"{family} {name}", exact=exact)
     # the probs are the family's own softmax output, and q/k/v tell heads and each other apart
     close(store["scores"].softmax(-1)[:, PROB_HEADS, -1].reshape(rows, -1), want["attention_probs"], "softmax")
     assert (store["query"][:, 1, -1] - store["query"][:, 0, -1]).abs().max() > 10 * ATOL
@@ -308,11 +370,11 @@ def test_interior_reads_equal_the_familys_eager_attention(cases, family):
     assert (probs[padding.expand_as(probs)] == 0).all()
     # every token (ragged, rows in order) and the last three
     keep = content(case.tok, mask)
-    close(got["q_all"], store["query"][:, 1][keep], f"{family} q, every token")
+    close(got["q_all"], store["query"][:, 1][keep], f"{family} q, every token", exact=exact)
     for name, full in (("attention_scores", store["scores"][:, SCORE_HEADS]),
                        ("attention_probs", attentions[LAYER][:, PROB_HEADS])):
         last3 = full[:, :, -3:].transpose(1, 2).reshape(rows, 3, -1)  # (rows, queries, heads·keys)
-        close(got[f"{name}_last3"], last3, f"{family} {name}, last three")
+        close(got[f"{name}_last3"], last3, f"{family} {name}, last three", exact=exact)
 
 
 # --- 2. writes equal the same change made by hand ------------------------------------------------
@@ -324,7 +386,7 @@ def _clamp_probs(head):
     return edit
 
 
-@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma2"])
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma2", *ROUTINE])
 def test_pattern_writes_equal_eager_with_the_same_change(cases, family):
     case = cases(family)
     _, _, clean = case.forward(case.base)
@@ -333,7 +395,8 @@ def test_pattern_writes_equal_eager_with_the_same_change(cases, family):
                                                {"mechanism": "clamp", "params": {"max": 0.0}}), "clamp")))
     _, _, want = case.forward(case.base, {WRITE_LAYER: Edit(probs=_clamp_probs(2))})
     assert (want[:, -1] - clean[:, -1]).abs().max() > 1e-3, "the write must be felt"
-    close(got["logits"][:, 0], want[:, -1], f"{family} clamped pattern")
+    exact = _routine(family) is not None
+    close(got["logits"][:, 0], want[:, -1], f"{family} clamped pattern", exact=exact)
     # a swap: heads 1 and 3 at the last query attend as they did on the counterfactual prompt
     assert torch.equal(case.base[1], case.cf[1]), "the pairs must line up key for key"
     _, cf_attentions, _ = case.forward(case.cf)
@@ -345,11 +408,12 @@ def test_pattern_writes_equal_eager_with_the_same_change(cases, family):
                                                {"mechanism": "swap", "operand": "cf"}, operand_read=True), "swap")))
     _, _, want = case.forward(case.base, {WRITE_LAYER: Edit(probs=swap)})
     assert (want[:, -1] - clean[:, -1]).abs().max() > 1e-3, "the write must be felt"
-    close(got["logits"][:, 0], want[:, -1], f"{family} swapped pattern")
+    close(got["logits"][:, 0], want[:, -1], f"{family} swapped pattern", exact=exact)
 
 
-def test_scores_query_and_value_writes_equal_eager_with_the_same_change(cases):
-    case = cases("llama")
+@pytest.mark.parametrize("family", ["llama", "gpt_neo", "bloom"])
+def test_scores_query_and_value_writes_equal_eager_with_the_same_change(cases, family):
+    case = cases(family)
     _, _, clean = case.forward(case.base)
 
     def clamp_scores(s):
@@ -369,24 +433,24 @@ def test_scores_query_and_value_writes_equal_eager_with_the_same_change(cases):
               "query": ("attention_query", [2], {"mechanism": "swap", "operand": 0.0}, Edit(query=zero_query)),
               "value": ("attention_value", [1], {"mechanism": "swap", "operand": 0.0}, Edit(value=zero_value))}
     for name, (component, heads, write, edit) in cases_.items():
-        got = results(case.run(case.read(write_doc("llama", component, heads, write), name)))
+        got = results(case.run(case.read(write_doc(family, component, heads, write), name)))
         _, _, want = case.forward(case.base, {WRITE_LAYER: edit})
         assert (want[:, -1] - clean[:, -1]).abs().max() > 1e-3, f"{name}: the write must be felt"
-        close(got["logits"][:, 0], want[:, -1], f"llama {name} write")
+        close(got["logits"][:, 0], want[:, -1], f"{family} {name} write", exact=_routine(family) is not None)
 
 
 # --- 3. both engines read the same ----------------------------------------------------------------
 
-@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2"])
+@pytest.mark.parametrize("family", ["llama", "gemma2", "gpt2", *ROUTINE])
 def test_both_engines_read_the_same_interiors(cases, family):
     """Every interior the nnterp engine reaches on the family, read by both engines: bit-equal.
-    (q, k, v and the pattern at least on Llama and Gemma-2; GPT-2's pattern nnterp's own route
-    cannot reach, so it counts only where the compiler lets nnterp have it.)"""
+    (Every one of them, on every family in this process: q, k, v through nnsight where the family
+    calls the registry, through the seam's routine on GPT-Neo and BLOOM; the scores, and the pattern,
+    through the seam.)"""
     pytest.importorskip("nnterp")
     case = cases(family)
     reached = tuple(c for c in QKV + PATTERNS if case.engine._facts.refusal(c, "nnterp") is None)
-    if family != "gpt2":
-        assert set(QKV) | {"attention_probs"} <= set(reached), reached
+    assert reached == QKV + PATTERNS, reached
     doc = case.read(interiors_doc(family, case.n_kv, reached), "both")
     hooks = results(case.run(doc))
     nnterp = results(cm.run(doc, engine="nnterp", models=[case.root], data=[case.data]))
@@ -402,52 +466,96 @@ def test_both_engines_read_the_same_interiors(cases, family):
 def test_serving_the_seam_moves_other_components_only_by_rounding(cases, family):
     """The logits and layer 1's residual at every token, before and after ``attention.serve``.
     Measured (transformers 5.2x, fp32): 4e-7 to 3.5e-6, sdpa's rounding against eager's; 0 on
-    Gemma-2, whose default is eager."""
+    Gemma-2, whose default is eager, and on GPT-Neo and BLOOM, whose routine is their own eager code."""
     case = cases(family)
     before, after = case.plain_before, case.plain_after
     assert set(before) == {"logits", "resid"}
     for name in before:
         delta = (before[name] - after[name]).abs().max().item()
         assert delta <= ATOL, f"{family} {name}: max |Δ| {delta:.2e} after serving the seam"
+        if _routine(family):  # the family's own code, op for op, with the listener idle
+            assert delta == 0, f"{family} {name}: max |Δ| {delta:.2e} after installing its routine"
 
 
 # --- 5. refusals, at compile time ----------------------------------------------------------------
 
-def _refused(root: Path, data: Path, family: str, component: str, engine: str, facts=None) -> str:
+def _one_read(family: str, component: str, modules=None) -> dict:
     raw = _doc(family, {"p": {"component": component, "layers": [0], "heads": [0]}},
                {"r": {"reads": {"x": {"site": "p", "pos": -1, "input": "base"}}}}, {"s": _observe("r", {})})
+    if modules:
+        raw["model"]["modules"] = modules
+    return raw
+
+
+def _refused(root: Path, data: Path, family: str, component: str, engine: str, modules=None) -> str:
     with pytest.raises(CompileError) as caught:
-        compiler.compile_plan(raw, document=root / "refused.causalab.json", models=[root], data=[data],
-                              engine=engine, facts=facts)
+        compiler.compile_plan(_one_read(family, component, modules), document=root / "refused.causalab.json",
+                              models=[root], data=[data], engine=engine)
     text = str(caught.value)
     assert text.startswith("sites.p.component:"), text
     return text
 
 
-@pytest.mark.parametrize("family", NO_SEAM)
-def test_interiors_of_a_family_without_the_seam_are_refused_on_hooks(family_root, data_root, family):
-    families.build(family, family_root / family)
+def test_interiors_of_a_documents_own_modules_are_refused(family_root, data_root):
+    """A layout the document names (``model.modules``) has no seam: its attention's code is not known."""
+    families.build("llama", family_root / "llama")
+    modules = {"layers": "model.layers", "ln_final": "model.norm", "attention": "self_attn", "mlp": "mlp",
+               "attention_projection": "self_attn.o_proj", "mlp_projection": "mlp.down_proj"}
     assert INTERIORS == set(QKV + PATTERNS)
     for component in sorted(INTERIORS):
-        text = _refused(family_root, data_root, family, component, "hooks")
-        assert component in text and _model_type(family) in text and "attention_z" in text, text
+        for engine in ("hooks", "nnterp"):
+            text = _refused(family_root, data_root, "llama", component, engine, modules=modules)
+            assert component in text and "model.modules" in text and "attention_z" in text, text
 
 
 def test_a_loaded_engine_refuses_them_before_serving(family_root, data_root):
-    """Compiled against a loaded gpt_neo engine: refused, and the model is left as it loaded."""
+    """Compiled against a gpt_neo engine loaded for a document without interiors: refused, saying how
+    to load it, and the model is left as it loaded (its routine not installed)."""
+    from causalab_mini.errors import Unsupported
+
     families.build("gpt_neo", family_root / "gpt_neo")
     engine = cm.load(cm.read(plain_doc("gpt_neo"), path=family_root / "neo.causalab.json"), engine="hooks",
                      models=[family_root])
-    text = _refused(family_root, data_root, "gpt_neo", "attention_probs", "hooks", facts=engine)
-    assert "gpt_neo" in text and "attention_z" in text, text
+    with pytest.raises(Unsupported, match="loaded without it") as caught:
+        compiler.compile_plan(_one_read("gpt_neo", "attention_probs"), document=family_root / "r.causalab.json",
+                              models=[family_root], data=[data_root], facts=engine)
+    assert caught.value.fix == attention.LOAD_FIX
     assert not attention.served(engine.model)
+    assert not any(isinstance(m, attention_families.SeamedGPTNeoSelfAttention) for m in engine.model.modules())
+
+
+def test_a_routine_runs_under_accelerates_hook_and_refuses_another_patch(family_root):
+    """BLOOM's routine replaces the forward: accelerate's device-map hook (an instance forward calling
+    the one it kept) is pointed at it; any other instance forward is refused before anything changes."""
+    from accelerate.hooks import ModelHook, add_hook_to_module
+    from transformers import AutoModelForCausalLM
+
+    folder = families.build("bloom", family_root / "bloom")
+    hooked, patched = (AutoModelForCausalLM.from_pretrained(folder).eval() for _ in range(2))
+    for layer in hooked.transformer.h:
+        add_hook_to_module(layer.self_attention, ModelHook())
+    attention.serve(hooked)
+    heard: list = []
+    with attention.listening({hooked.transformer.h[1].self_attention: lambda p, x: heard.append(p) or x}), \
+            torch.no_grad():
+        hooked(input_ids=torch.tensor([[3, 4, 5]]))
+    assert heard == list(QKV + PATTERNS)
+    patched.transformer.h[0].self_attention.forward = lambda *a, **k: None
+    with pytest.raises(cm.EngineError, match="would never run"):
+        attention.serve(patched)
+    assert not attention.served(patched) and type(patched.transformer.h[1].self_attention).__name__ == "BloomAttention"
 
 
 @pytest.mark.parametrize("family", ["gpt_neo", "bloom"])
-def test_attention_scores_on_nnterp_are_refused_where_the_family_has_no_seam(family_root, data_root, family):
+def test_what_only_this_processs_routine_serves_is_refused_on_ndif(family_root, data_root, family):
+    """A remote server runs the family's own attention: q, k, v (no call nnsight could trace there)
+    and the scores are refused by name; the pattern only where nnterp's own route fails (GPT-Neo)."""
     families.build(family, family_root / family)
-    text = _refused(family_root, data_root, family, "attention_scores", "nnterp")
-    assert "attention_scores" in text and family in text and "does not call it" in text, text
+    for component in QKV + ("attention_scores",):
+        text = _refused(family_root, data_root, family, component, "ndif")
+        assert component in text and "remote server" in text and "instead" in text, text
+    facts = ModelFacts.from_config(families._config(family), None, key=family, revision=None)
+    assert (facts.refusal("attention_probs", "ndif") is None) == (family == "bloom")
 
 
 def test_attention_scores_on_ndif_are_refused(family_root, data_root):
@@ -481,6 +589,21 @@ def test_run_json_records_the_attention_implementation(cases, tmp_path):
         cm.run(tapped, loaded=loaded, models=[root], data=[data], out=tmp_path / "loaded_tapped")
     assert "cm.load" in caught.value.fix or "causalab_mini.load(doc)" in caught.value.fix
     assert not (tmp_path / "loaded_tapped").exists() and not attention.served(loaded.model)
+
+
+@pytest.mark.parametrize("family", ["gpt_neo", "bloom"])
+@pytest.mark.parametrize("engine", ["hooks", "nnterp"])
+def test_run_json_records_a_routine_familys_seam(cases, tmp_path, family, engine):
+    """A family the registry does not reach runs eager until a document taps inside its attention;
+    then its routine, which its config names as the seam ("causalab"), as the registry's families do."""
+    if engine == "nnterp":
+        pytest.importorskip("nnterp")
+    case = cases(family)
+    plain = case.read(plain_doc(family), "plain")
+    tapped = case.read(interiors_doc(family, case.n_kv, ("attention_query",)), "tapped")
+    for doc, name, want in ((plain, "plain", "eager"), (tapped, "tapped", "causalab")):
+        cm.run(doc, engine=engine, models=[case.root], data=[case.data], out=tmp_path / name)
+        assert json.loads((tmp_path / name / "run.json").read_text())["attention"] == want, name
 
 
 @pytest.mark.parametrize("component", ["attention_key", "attention_value"])

@@ -1,23 +1,28 @@
-"""The family matrix's interiors: attention_probs and q/k/v on the nnterp engine, every family.
+"""The family matrix's interiors: the pattern, the scores and q/k/v on the nnterp engine, every family.
 
 For each family in ``tests/families.py`` one document reads, at layer 1 on the base
-prompts (a left-padded batch), the attention pattern of heads 0 and 1 and the query,
-key and value of head 0 at the last token, and runs it on the nnterp engine (the hooks
-engine refuses interiors by design). Each value is held to 1e-5 against a computation
-written here, on the raw Hugging Face model, one unpadded row at a time:
+prompts (a left-padded batch), the attention pattern and the scores of heads 0 and 1 and the
+query, key and value of head 0 at the last token, and runs it on the nnterp engine (the hooks
+engine's reads are held to the family's code in ``test_attention_seam.py``). Each value is held
+to 1e-5 against a computation written here, on the raw Hugging Face model, one unpadded row at
+a time:
 
 * attention_probs: the model loaded with ``attn_implementation="eager"`` and run with
   ``output_attentions=True``; its last query's weights for those heads are the engine's
   over that row's real keys (the last ones of the left-padded batch), and the engine's
   weights at the row's padded keys are 0;
-* q / k / v: the model loaded with an attention function registered here through
-  transformers' own ``AttentionInterface``, which keeps the (query, key, value) layer 1's
-  attention hands it — (batch, heads, seq, head_dim), after projection, head reshape and
-  rotary — and then runs the family's own eager attention.
+* q / k / v and the scores: for a family whose attention calls transformers' registry, the model
+  loaded with an attention function registered here through transformers' own
+  ``AttentionInterface``, which keeps the (query, key, value) layer 1's attention hands it —
+  (batch, heads, seq, head_dim), after projection, head reshape and rotary — and the input of
+  the softmax of the family's own eager attention, which it then runs. GPT-Neo and BLOOM call no
+  registered function (the engine reaches them through the seam's routine,
+  ``engine/attention_families.py``): their own eager code is wrapped instead
+  (``test_attention_seam.eager_wrapped``: GPT-Neo's ``_attn`` arguments, BLOOM's ``_reshape``
+  results, the softmax's input).
 
-Where the family's layout says the engine cannot reach a component (``attention_pattern``
-/ ``attention_call`` False in ``causalab_mini/layouts.py``), the document naming
-it is refused at compile time, by name and family, with no weights loaded.
+Every family of the matrix reaches every interior on this engine (``Layout.attention_seam``);
+a layout the seam does not reach refuses them at compile time (``test_attention_seam.py``).
 
 Writes are not run here: a swap of attention_probs must line up key for key, and the
 weekday pairs do not pad to the same real lengths row by row (``test_attention_probs.py``
@@ -37,9 +42,8 @@ import families
 from test_families import FAMILY_NAMES, REFERENCE, _folder, _observe, document
 import causalab_mini as cm
 from causalab_mini.layouts import FAMILIES as LAYOUTS
-from causalab_mini.errors import CompileError
-from causalab_mini.plan import compile as compiler
 from paths import DATA
+from test_attention_seam import eager_wrapped
 
 pytestmark = pytest.mark.families
 
@@ -60,11 +64,13 @@ def _layout(family: str):
 
 
 # The nnterp engine reaches the pattern through nnterp's own route, or else through the attention
-# function transformers calls (engine/attention.py: GPT-2 and GPT-J, whose nnterp route fails).
+# seam (engine/attention.py: GPT-2, GPT-J and GPT-Neo, whose nnterp route fails); q, k and v as the
+# arguments of the registry's call, or through the seam's routine (GPT-Neo, BLOOM); the scores
+# through the seam. Every family of the matrix has it.
 PATTERN = tuple(f for f in FAMILY_NAMES if _layout(f).attention_pattern or _layout(f).attention_call)
-NO_PATTERN = tuple(f for f in FAMILY_NAMES if f not in PATTERN)
 CALL = tuple(f for f in FAMILY_NAMES if _layout(f).attention_call)
-NO_CALL = tuple(f for f in FAMILY_NAMES if not _layout(f).attention_call)
+ROUTINE = tuple(f for f in CALL if _layout(f).attention_routine)
+assert PATTERN == CALL == tuple(FAMILY_NAMES), set(FAMILY_NAMES) - set(CALL)
 
 
 # --- the document: every read in one step -----------------------------------------------------
@@ -160,22 +166,34 @@ class Raw:
         return out
 
     def qkv(self) -> dict[str, torch.Tensor]:
-        """Each row's last-token q, k and v of head QKV_HEAD as layer 1's attention function is handed them,
-        (rows, head_dim) each; and the same of head 1 (q, and k/v where there are two kv heads) under
-        ``other.*``, so a check can show the heads differ."""
-        _register()
-        model = self.load(CAPTURE)
-        assert model.config.get_text_config()._attn_implementation == CAPTURE
+        """Each row's last-token q, k and v of head QKV_HEAD as layer 1's attention function is handed them
+        (GPT-Neo, BLOOM: as their own attention code has them), (rows, head_dim) each; and the same of
+        head 1 (q, and k/v where there are two kv heads) under ``other.*``, so a check can show the heads
+        differ; and each row's scores of PROBS_HEADS at its last query."""
+        routine = _layout(self.family).attention_routine
+        if routine is None:
+            _register()
+        model = self.load(CAPTURE if routine is None else "eager")
+        assert model.config.get_text_config()._attn_implementation == (CAPTURE if routine is None else "eager")
         attention = REFERENCE[self.family].attention_z.rsplit(".", 1)[0]
         _CAUGHT.clear()
-        _CAUGHT["module"] = model.get_submodule(f"{REFERENCE[self.family].layers}.{LAYER}.{attention}")
+        _CAUGHT["module"] = module = model.get_submodule(f"{REFERENCE[self.family].layers}.{LAYER}.{attention}")
         got: dict[str, list] = {}
         try:
             for ids in self.base:
                 _CAUGHT.pop("qkv", None)
                 _CAUGHT.pop("scores", None)
-                with torch.no_grad():
-                    model(input_ids=torch.tensor([ids]), use_cache=False)
+                if routine is None:
+                    with torch.no_grad():
+                        model(input_ids=torch.tensor([ids]), use_cache=False)
+                else:  # the family's own code, wrapped: no registered function is called
+                    store: dict = {}
+                    with eager_wrapped(module, {module: store}, {}, routine), torch.no_grad():
+                        model(input_ids=torch.tensor([ids]), use_cache=False)
+                    if "query" in store:
+                        _CAUGHT["qkv"] = (store["query"], store["key"], store["value"])
+                    if store.get("softmaxes") == 1:
+                        _CAUGHT["scores"] = store["scores"]
                 assert "qkv" in _CAUGHT, f"{self.family}: layer {LAYER}'s attention never called the interface"
                 assert "scores" in _CAUGHT, f"{self.family}: the eager function took no 4-D softmax"
                 got.setdefault("attention_scores", []).append(_CAUGHT["scores"][0, PROBS_HEADS, -1, :])
@@ -202,18 +220,6 @@ def _runs(root: Path, family: str) -> dict:
     return _RUNS[family]
 
 
-def refusal(root: Path, family: str, component: str) -> str:
-    """The compile-time refusal of a document reading ``component``, with no weights loaded; its text."""
-    _folder(root, family)
-    raw = interiors(family, (component,))
-    with pytest.raises(CompileError) as caught:
-        compiler.compile_plan(raw, document=root / "d.causalab.json", models=[root], data=[DATA])
-    text = str(caught.value)
-    assert text.startswith(f"sites.{component}.component:"), text
-    assert component in text and _model_type(family) in text, text
-    return text
-
-
 # --- attention_probs ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family", PATTERN)
@@ -237,18 +243,13 @@ def test_attention_probs_equal_eager_output_attentions(family_root, family):
         torch.testing.assert_close(mine.sum(-1), torch.ones(heads), rtol=0, atol=ATOL)
 
 
-@pytest.mark.parametrize("family", NO_PATTERN)
-def test_attention_probs_refused_at_compile_time(family_root, family):
-    assert "attention_z" in refusal(family_root, family, "attention_probs")  # what to use instead
-
-
 # --- the scores ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("family", CALL)
 def test_attention_scores_equal_the_eager_softmax_input(family_root, family):
-    """The nnterp engine's scores (through transformers' attention function, engine/attention.py)
-    against the input of the softmax in the family's own eager function, row by row unpadded: equal on
-    the row's real keys, the padded keys masked."""
+    """The nnterp engine's scores (through the attention seam, engine/attention.py) against the input
+    of the softmax in the family's own eager code, row by row unpadded: equal on the row's real keys,
+    the padded keys masked."""
     runs = _runs(family_root, family)
     got, want = runs["nnterp"]["attention_scores"], runs["raw"].qkv()["attention_scores"]
     heads = len(PROBS_HEADS)
@@ -280,18 +281,20 @@ def test_qkv_equal_the_attention_calls_arguments(family_root, family):
             assert (want[name] - want[f"other.{name}"]).abs().max() > 10 * ATOL, f"{family} {name}"
 
 
-@pytest.mark.parametrize("family", NO_CALL)
-@pytest.mark.parametrize("component", QKV)
-def test_qkv_refused_at_compile_time(family_root, family, component):
-    assert "attention_z" in refusal(family_root, family, component)  # what to use instead
-    # and the refusal is the family's code, not a guess: its attention computes q, k and v in its
-    # own forward, with no attention function call whose arguments they would be
+@pytest.mark.parametrize("family", ROUTINE)
+def test_a_routine_familys_attention_makes_no_registry_call(family_root, family):
+    """Why GPT-Neo and BLOOM need a routine of the seam's own: the module that computes their pattern
+    (the seam's ATTENTION port) calls no attention function — were transformers to port them to the
+    registry, this fails and the routine should go."""
     from transformers import AutoModelForCausalLM
 
+    _folder(family_root, family)
     model = AutoModelForCausalLM.from_pretrained(family_root / family)
-    attention = REFERENCE[family].attention_z.rsplit(".", 1)[0]
-    forward = inspect.getsource(type(model.get_submodule(f"{REFERENCE[family].layers}.{LAYER}.{attention}")).forward)
-    assert "query" in forward and "attention_interface(" not in forward, f"{family}: {attention} has the call"
+    attention = _layout(family).ports["attention"].module
+    cls = type(model.get_submodule(f"{REFERENCE[family].layers}.{LAYER}.{attention}"))
+    source = inspect.getsource(cls)
+    assert "softmax" in source and "attention_interface" not in source and "ALL_ATTENTION_FUNCTIONS" not in source, \
+        f"{family}: {cls.__name__} dispatches through transformers' registry"
 
 
 def teardown_module(module):

@@ -284,14 +284,14 @@ def applying(exps: Sequence["Expectation"], points: Sequence[tuple]) -> list[lis
     return out
 
 
-def verified_metrics(spec) -> set[str]:
-    """The metrics an observe step estimates by attribution and verifies: what spearman, recall and
-    error can be held to."""
-    out: set[str] = set()
-    for step in spec.steps.values():
+def verified_metrics(spec) -> set[tuple[str, str]]:
+    """(step, metric) for every metric an observe step estimates by attribution and verifies: what
+    spearman, recall and error can be held to."""
+    out: set[tuple[str, str]] = set()
+    for name, step in spec.steps.items():
         est = getattr(step, "estimate", None)
         if est is not None and est.verify is not None:
-            out |= set(spec.interventions[step.interventions].metrics)
+            out |= {(name, m) for m in spec.interventions[step.interventions].metrics}
     return out
 
 
@@ -304,9 +304,10 @@ def _check_point(p, names: list, axes: dict, known: set) -> None:
         asked = [a for a in VERIFIED if getattr(exp, a) is not None]
         if asked and exp.result in scored:
             verified = verified_metrics(p.spec) if verified is None else verified
-            if exp.result not in verified:
+            if not any(m == exp.result and exp.step in (None, step) for step, m in verified):
                 raise DocumentError(f"{path}.{asked[0]}", f"{asked[0]} is a figure of an attribution estimate's "
-                                    f"verification, and no step estimates and verifies {exp.result!r}",
+                                    f"verification, and no step{'' if exp.step is None else ' ' + repr(exp.step)} "
+                                    f"estimates and verifies {exp.result!r}",
                                     'give its observe step "estimate": {"by": "attribution", "verify": '
                                     '{"top": 5, "random": 5}}, or hold the result to mean/min/max/all')
         if exp.result not in scored and exp.applies(p.name, p.coords):

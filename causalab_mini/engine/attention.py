@@ -1,4 +1,5 @@
-"""Inside attention through transformers' own seam: one registered attention function.
+"""Inside attention through transformers' own seam: one registered attention function (and, for
+the two families that bypass it, a routine of their own).
 
 transformers 5 hands every supported family's attention — q, k and v after rotary and any q/k
 norms, the 4-D mask, ``scaling=``, ``softcap=`` — to the function its ``AttentionInterface``
@@ -6,7 +7,8 @@ registry names (``config._attn_implementation``). ``attention`` below is registe
 ``"causalab"``: the standard eager arithmetic, with a listener on the module that may read and
 replace q, k, v, the scores and the pattern on the way. A model served with it computes exactly
 what the family's eager path computes (``benchmarks/attention_seam.py`` measures max |Δ logits| =
-0 in fp32 on every family of the test matrix that dispatches).
+0 in fp32 on every family of the test matrix that dispatches, and 0 in fp32 and bf16 for the
+routines below).
 
 GPT-Neo and BLOOM compute attention in their own code and call no registered function: serving
 one installs the family's routine instead (``attention_families.py``: its own arithmetic with the
@@ -28,13 +30,14 @@ leaves it (before dropout). Per family:
   multiplied by ``head_dim ** -0.5`` (its ``scaling`` is 1): its q is that. Falcon-ALiBi folds its
   bias into the mask, so its scores hold it at every key.
 * GPT-Neo: ``q·kᵀ`` in float32 (GPT-Neo upcasts q and k, even in a bf16 model) with no
-  ``head_dim ** -0.5`` — GPT-Neo does not scale — then its causal / local-window buffer (a key it
-  masks holds float32's lowest number) and then the additive padding mask (its lowest number
-  again): a key both mask holds −inf (the sum overflows), a key either masks the lowest number.
-  q, k and v are in the model's dtype, before that upcast; the pattern is cast to v's dtype.
+  ``head_dim ** -0.5`` — GPT-Neo does not scale — then its own causal / local-window buffer (a key
+  it masks is set to float32's lowest number) and then the 4-D causal and padding mask (which adds
+  that number again): a key masked by both holds −inf (the sum overflows: a future key, a padded
+  key outside the window), a key masked by one the lowest number. q, k and v are in the model's
+  dtype, before that upcast; the pattern is cast back to v's dtype.
 * BLOOM: ``alibi + (q·kᵀ) · head_dim ** -0.5`` (one ``baddbmm``; alibi is each head's slope times
-  the key's position counted over the row's real tokens) plus the 4-D mask: a masked key holds the
-  dtype's lowest number, alibi folded in as everywhere else.
+  the key's position counted over the row's real tokens) plus the 4-D mask: alibi is in the scores
+  at every key, and a masked key holds the dtype's lowest number (the mask swamps the rest).
 """
 from __future__ import annotations
 

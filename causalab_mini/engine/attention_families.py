@@ -13,13 +13,17 @@ in ``attention.py``'s docstring.
 Why the class, not an instance attribute: nnsight wraps each module's forward when it builds its
 envoys, keeping the forward it found then, and ``unwrap.py`` gives a module back its class's
 forward. So the nnterp engine installs the routine before it hands the model over, and the
-subclass's method is what both wrap and unwrap find. A module of another attention class (GPT-Neo
-loaded with flash attention) is refused: its kernel is not this arithmetic.
+subclass's method is what both wrap and unwrap find. An instance-level forward that accelerate's
+device-map hooks put there calls the method it kept (``_old_forward``): that one is pointed at the
+routine. Any other instance-level replacement of the method, and a module of another attention
+class (GPT-Neo loaded with flash attention), is refused: the routine would not run, silently.
 
 Each routine is the code of transformers 5.x's ``modeling_gpt_neo.py`` / ``modeling_bloom.py``
 with the listener added; ``tests/test_attention_seam.py`` holds both to those files' own forward.
 """
 from __future__ import annotations
+
+import types
 
 import torch
 from torch import nn
@@ -110,21 +114,33 @@ class SeamedBloomAttention(modeling_bloom.BloomAttention):
         return output_tensor, attention_probs
 
 
-# routine -> (the family's eager attention class, the subclass that replaces it)
+# routine -> (the family's eager attention class, the subclass that replaces it, the method it replaces)
 ROUTINES = {
-    "gpt_neo": (modeling_gpt_neo.GPTNeoSelfAttention, SeamedGPTNeoSelfAttention),
-    "bloom": (modeling_bloom.BloomAttention, SeamedBloomAttention),
+    "gpt_neo": (modeling_gpt_neo.GPTNeoSelfAttention, SeamedGPTNeoSelfAttention, "_attn"),
+    "bloom": (modeling_bloom.BloomAttention, SeamedBloomAttention, "forward"),
 }
+
+
+def _accelerate_kept(module, base, method: str) -> bool:
+    """Whether ``module``'s instance-level ``method`` is accelerate's hook around the family's own
+    (``add_hook_to_module`` keeps it as ``_old_forward`` and calls that by name at every call)."""
+    kept = module.__dict__.get("_old_forward")
+    return (method == "forward" and "_hf_hook" in module.__dict__
+            and getattr(kept, "__func__", None) is getattr(base, method))
 
 
 def install(model: nn.Module, routine: str) -> int:
     """Every attention module of ``model`` that ``routine`` replaces, given its seamed class; returns
     how many. A module of the family's attention under another class (a flash-attention kernel) is
     refused before any is changed."""
-    base, seamed = ROUTINES[routine]
+    base, seamed, method = ROUTINES[routine]
     found = []
     for name, module in model.named_modules():
         if type(module) in (base, seamed):
+            if method in module.__dict__ and not _accelerate_kept(module, base, method):
+                raise EngineError("model", f"{name}.{method} is replaced on the module itself, so the attention "
+                                  f"seam's routine, which replaces {base.__name__}.{method}, would never run",
+                                  "load the model without that patch")
             found.append(module)
         elif isinstance(module, base):
             raise EngineError("model", f"{name} is a {type(module).__name__}, whose forward is not "
@@ -135,4 +151,6 @@ def install(model: nn.Module, routine: str) -> int:
                           "seam's routine", "read attention_z (the per-head result) instead")
     for module in found:
         module.__class__ = seamed
+        if method in module.__dict__:  # accelerate's hook: it calls the method it kept
+            module._old_forward = types.MethodType(getattr(seamed, method), module)
     return len(found)

@@ -62,7 +62,8 @@ def served_dtype(model: Any) -> str:
 
 def attention_implementation(model: Any) -> Optional[str]:
     """The attention implementation the model was served with (``sdpa``, ``eager``, or ``causalab``:
-    the registered function that reaches inside attention, engine/attention.py)."""
+    the seam that reaches inside attention — the registered function, engine/attention.py, or on
+    GPT-Neo and BLOOM the family routine, engine/attention_families.py)."""
     inner = getattr(model, "_model", model)  # nnterp's StandardizedTransformer wraps the HF model
     return getattr(getattr(inner, "config", None), "_attn_implementation", None)
 

@@ -28,7 +28,7 @@ def document_run(execution: Execution, out: Optional[Path] = None) -> Run:
     """The execution's one document, every selected point, as one Run (and one folder at ``out``)."""
     execution.compute()
     (doc, _), = execution.docs
-    slots = list(execution.slots.values())
+    slots = execution.shown()
     for s in slots:
         if s.error is not None:
             raise s.error

@@ -41,6 +41,9 @@ class Slot:
     entry: object = None  # cache.store.Entry, when the cache served it
     error: Optional[BaseException] = None  # why it cannot run (its document's compile, its group's walk)
     ran: bool = False  # its group has walked
+    # Not asked for, but computed: a point of an estimated sweep whose selection named only some of
+    # its points (the estimate's verification is the whole sweep's, so every point is estimated).
+    hidden: bool = False
 
     @property
     def name(self) -> Optional[str]:
@@ -61,9 +64,14 @@ class Execution:
         self.slots: dict[str, Slot] = {}
         one = len(self.docs) == 1
         for i, (doc, names) in enumerate(self.docs):
-            for valid in chosen(doc, names):
+            wanted = chosen(doc, names)
+            if names is not None and any(_estimates(v) for v in wanted):
+                wanted, asked = chosen(doc, None), {v.name for v in wanted}
+            else:
+                asked = {v.name for v in wanted}
+            for valid in wanted:
                 key = (valid.name or "") if one else f"{i}:{valid.name or ''}"
-                self.slots[key] = Slot(i, doc, valid, key)
+                self.slots[key] = Slot(i, doc, valid, key, hidden=valid.name not in asked)
         # One unswept document runs as its own root, as it always has; otherwise every point is a
         # step of one root, whichever documents they come from.
         self.flat = one and len(self.slots) == 1 and next(iter(self.slots.values())).name is None
@@ -79,6 +87,10 @@ class Execution:
         # Each point's group, so asking for one point costs the same at 10 points or 10,000.
         self._group_of = {k: i for i, g in enumerate(self.groups) for k in g}
         self._in_root = sum(isinstance(p, Plan) for p in self.root.steps.values()) if self.root is not None else 0
+
+    def shown(self) -> list[Slot]:
+        """The points the caller selected, in order (not the ones computed only beside them)."""
+        return [s for s in self.slots.values() if not s.hidden]
 
     def key_of(self, path, name: Optional[str]) -> Optional[str]:
         """The key of the point ``name`` of the document at ``path``, or None: not selected here."""
@@ -278,6 +290,11 @@ class Execution:
 
             put(self.store, slot.compiled, self.root if self.flat else self.root.steps[slot.key], self.loaded,
                 self.record())
+
+
+def _estimates(valid) -> bool:
+    """Whether a point has a step estimated by attribution."""
+    return any(getattr(step, "estimate", None) is not None for step in valid.spec.steps.values())
 
 
 def chosen(doc, names) -> tuple:
