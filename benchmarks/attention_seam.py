@@ -292,15 +292,19 @@ def load(folder, impl, dtype=torch.float32):
     return AutoModelForCausalLM.from_pretrained(folder, attn_implementation=impl, dtype=dtype).eval()
 
 
-def measure(family: str, folder: Path) -> dict:
-    row = {"family": family, "notes": NOTES.get(family, "")}
+def batch_of(folder: Path):
+    """TEXTS as the checkpoint's tokenizer pads them on the left: ids, mask, and the real tokens."""
     tok = AutoTokenizer.from_pretrained(folder)
     tok.padding_side = "left"
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     batch = tok(TEXTS, return_tensors="pt", padding=True)
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    real = mask.bool()
+    return batch["input_ids"], batch["attention_mask"], batch["attention_mask"].bool()
+
+
+def measure(family: str, folder: Path) -> dict:
+    row = {"family": family, "notes": NOTES.get(family, "")}
+    ids, mask, real = batch_of(folder)
 
     eager = load(folder, "eager")
     with torch.no_grad():
@@ -420,13 +424,7 @@ def measure_routine(family: str, folder: Path) -> dict:
     rewriting layer 0's pattern as ``rewrite`` does)."""
     routine = LAYOUTS[_config_of(folder).model_type].attention_routine
     row: dict = {"routine": routine}
-    tok = AutoTokenizer.from_pretrained(folder)
-    tok.padding_side = "left"
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    batch = tok(TEXTS, return_tensors="pt", padding=True)
-    ids, mask = batch["input_ids"], batch["attention_mask"]
-    real = mask.bool()
+    ids, mask, real = batch_of(folder)
     eager, served = load(folder, "eager"), load(folder, "eager")
     row["before"] = seam.serve(served)
     modules = [m for m in served.modules() if type(m).__name__.startswith("Seamed")]

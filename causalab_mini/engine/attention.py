@@ -121,7 +121,7 @@ def serve(model) -> str:
     else:
         from . import attention_families
 
-        attention_families.install(model, routine)
+        attention_families.install(model, routine, LISTENER)
         # set_attn_implementation refuses (with a warning, changing nothing) a family that does not
         # dispatch, so the config is told directly: the family reads it only to pick its mask
         # builder, and NAME's is the eager one (register) it had.

@@ -5,7 +5,7 @@ attention in their own code and never call the function ``config._attn_implement
 the registered ``attention.attention`` never sees them. For each, ``install`` swaps the class of
 every such attention module for a subclass here whose method is the family's own arithmetic,
 torch call for torch call in the same order — so it computes the same bits in any dtype — with the
-module's listener (``attention.LISTENER``) called where ``attention.attention`` calls it: q, k, v
+module's listener (the attribute ``attention.LISTENER``, handed to ``install``) called where ``attention.attention`` calls it: q, k, v
 as the attention gets them (after the head split and the cache update), the scores as they enter
 the softmax, the pattern as it leaves it (before dropout). What the listener sees, per family, is
 in ``attention.py``'s docstring.
@@ -31,14 +31,15 @@ from transformers.models.bloom import modeling_bloom
 from transformers.models.gpt_neo import modeling_gpt_neo
 
 from ..errors import EngineError
-from .attention import LISTENER
 
 
 class SeamedGPTNeoSelfAttention(modeling_gpt_neo.GPTNeoSelfAttention):
     """GPT-Neo's self-attention with the seam's listener in ``_attn``."""
 
+    listener = ""  # the attribute a forward's listener is set under (``install``: attention.LISTENER)
+
     def _attn(self, query, key, value, attention_mask=None):
-        listen = getattr(self, LISTENER, None)
+        listen = getattr(self, self.listener, None)
         if listen is not None:  # in the model's dtype, before GPT-Neo's upcast of q and k
             query, key, value = (listen(part, x) for part, x in
                                  (("attention_query", query), ("attention_key", key), ("attention_value", value)))
@@ -68,9 +69,11 @@ class SeamedGPTNeoSelfAttention(modeling_gpt_neo.GPTNeoSelfAttention):
 class SeamedBloomAttention(modeling_bloom.BloomAttention):
     """BLOOM's attention with the seam's listener in its forward."""
 
+    listener = ""  # as SeamedGPTNeoSelfAttention's
+
     def forward(self, hidden_states, residual, alibi, attention_mask, layer_past=None, use_cache=False,
                 output_attentions=False, **kwargs):
-        listen = getattr(self, LISTENER, None)
+        listen = getattr(self, self.listener, None)
         batch_size, q_length, _ = hidden_states.shape
         fused_qkv = self.query_key_value(hidden_states)
         query_layer, key_layer, value_layer = self._reshape(fused_qkv)
@@ -129,11 +132,13 @@ def _accelerate_kept(module, base, method: str) -> bool:
             and getattr(kept, "__func__", None) is getattr(base, method))
 
 
-def install(model: nn.Module, routine: str) -> int:
-    """Every attention module of ``model`` that ``routine`` replaces, given its seamed class; returns
-    how many. A module of the family's attention under another class (a flash-attention kernel) is
-    refused before any is changed."""
+def install(model: nn.Module, routine: str, listener: str) -> int:
+    """Every attention module of ``model`` that ``routine`` replaces, given its seamed class, which
+    calls the listener a forward sets under the attribute ``listener``; returns how many. A module
+    of the family's attention under another class (a flash-attention kernel) is refused before any
+    is changed."""
     base, seamed, method = ROUTINES[routine]
+    seamed.listener = listener
     found = []
     for name, module in model.named_modules():
         if type(module) in (base, seamed):

@@ -32,7 +32,7 @@ from ..ops.featurizers import IDENTITY
 from ..plan.attribution import estimated_steps
 from ..plan.plan import Attribution, Featurizers, Observe, Plan
 from ..vocab import MECHANISMS
-from . import steps as walk
+from . import passes as walk
 from . import taps
 
 
@@ -60,7 +60,7 @@ def lend(engine, step: Attribution, root: Plan, state, *, batch_size: Optional[i
     plain = tuple(f for f in ready.forwards if not f.writes)
     if plain:
         with torch.no_grad():
-            values.update(walk._run_forwards(engine, plain, state, first.rows, batch_size, step.name))
+            values.update(walk.run_forwards(engine, plain, state, first.rows, batch_size, step.name))
         windows.update((n, (w, r)) for f in plain for n, w, r in f.windows)
     (forward,), _ = walk.resolve(engine, (step.forward,))
     # The perturbations and their reads cover the whole padded sequence, rectangular: a point's
@@ -81,7 +81,7 @@ def lend(engine, step: Attribution, root: Plan, state, *, batch_size: Optional[i
     calls = {"forwards": 0, "backwards": 0}
     for a in range(0, rows, size):
         b = min(rows, a + size)
-        part = walk._slice_forward(forward, a, b) if size < rows else forward
+        part = walk.slice_forward(forward, a, b) if size < rows else forward
         deltas = {p: torch.zeros(b - a, forward.tokens, widths[p], dtype=torch.float32, requires_grad=True)
                   for p, _ in step.grads}
         got: dict = dict(deltas)
@@ -146,12 +146,12 @@ def estimate(engine, obs: Observe, state, *, batch_size: Optional[int] = None) -
     plain = tuple(f for f in ready.forwards if not f.writes)
     if plain:
         with torch.no_grad():
-            values.update(walk._run_forwards(engine, plain, state, obs.rows, batch_size, obs.name))
+            values.update(walk.run_forwards(engine, plain, state, obs.rows, batch_size, obs.name))
     written = next(f for f in ready.forwards if f.writes)
     windows = {n: (w, r) for f in ready.forwards for n, w, r in f.windows}
     # What earlier steps of the point published (a mean to ablate with), as tensors over every row;
     # kept for verification, which runs this pass exactly after the point's own walk has ended.
-    published = {n: walk._slice_published(p, 0, obs.rows) for n, p in state.outputs.items()}
+    published = {n: walk.slice_published(p, 0, obs.rows) for n, p in state.outputs.items()}
     state.estimates[(id(obs), "outputs")] = dict(state.outputs)
     changes = []
     with torch.no_grad():

@@ -32,7 +32,7 @@ def conform(operand, x: Tensor):
 
     A rectangular read ``(rows, w, ·)`` feeding a ragged write ``(total, ·)``, or the
     reverse, holds the same positions in the same row order once the walk has checked
-    each row's count (``steps._check_operands``): only the leading axes differ.
+    each row's count (``passes._check_operands``): only the leading axes differ.
     """
     if not isinstance(operand, Tensor) or operand.dim() < 2 or operand.shape[:-1] == x.shape[:-1]:
         return operand
