@@ -283,3 +283,28 @@ def test_a_run_on_disk_keeps_its_verification(verified, case, engines, tmp_path)
             assert there.verification == here.verification == verified["all"].point(p.name).result(
                 "ld", step=step).verification
             assert list(there.values) == list(here.values)
+
+
+# --- the progress a run reports ------------------------------------------------------------------
+
+@pytest.mark.parametrize("verify", [{"all": True}, {"top": 2, "random": 1}, None])
+def test_an_estimated_runs_batches_add_up_to_the_total_it_announced(case, engines, verify):
+    """The rows pushed through an estimated sweep's passes — the shared counterfactual pass, the
+    attribution pass, and each verified point run exactly — are what the run announced (a bar
+    ends at its total); with batch_size=2 every window is its own event."""
+    from causalab_mini.engine import progress
+
+    c = case("tiny-llama")
+    raw = document("tiny-llama", pin=revision("tiny-llama"), steps=("block_output",), verify=verify)
+    events: list = []
+    with progress.listening(events.append):
+        ran = c.run(raw, "hooks", engines, batch_size=2)
+    (start,) = [e for e in events if e.kind == "run"]
+    batches = [e for e in events if e.kind == "batch"]
+    assert sum(e.rows for e in batches) == start.total and {e.rows for e in batches} <= {1, 2}
+    rows = len(ran.points[0].result("ld", step="block_output").rows)
+    records = ran.plan.results.get("attribution", {})
+    verified = sum(len(r["verified"]) for r in records.values())
+    # the two shared forwards (clean's base run, the counterfactual), each point's clean pass (its
+    # forward borrowed), the attribution pass, then the verified points run exactly
+    assert start.total == rows * (2 + len(ran.points) + 1 + verified)

@@ -82,6 +82,13 @@ def _operand_from_written(raw):
     i["writes"]["w"].update(pos=-1, operand="src")
 
 
+def _kl_from_base(raw):
+    """KL(base run || patched run): 0 at the base, and so is its gradient."""
+    i = iv(raw)
+    i["reads"]["clean"] = {"site": "logits", "pos": -1, "model": "original", "input": "base"}
+    i["metrics"]["kl"] = {"kind": "kl_div", "of": "logits", "reference": "clean"}
+
+
 def _verify_metric(raw):
     raw["steps"]["block_output"]["estimate"]["verify"]["metric"] = "nope"
 
@@ -95,6 +102,7 @@ REFUSALS = {  # name: (edit, path, words the refusal must say)
     "query": (_inside_softmax("attention_query"), f"{ESTIMATE}.writes.w.site", ("softmax", "QK fix")),
     "key": (_inside_softmax("attention_key"), f"{ESTIMATE}.writes.w.site", ("softmax", "QK fix")),
     "operand": (_operand_from_written, f"{ESTIMATE}.writes.w.operand", ("'src'", "written model", "original")),
+    "kl_from_base": (_kl_from_base, f"{ESTIMATE}.metrics.kl.reference", ("minimum", "gradient is 0", "logit_diff")),
     "verify_metric": (_verify_metric, "steps.block_output.estimate.verify.metric", ("'nope'", "['ld']")),
 }
 

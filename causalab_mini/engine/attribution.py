@@ -33,7 +33,7 @@ from ..plan.attribution import estimated_steps
 from ..plan.plan import Attribution, Featurizers, Observe, Plan
 from ..vocab import MECHANISMS
 from . import passes as walk
-from . import taps
+from . import progress, taps
 
 
 @dataclass
@@ -60,7 +60,9 @@ def lend(engine, step: Attribution, root: Plan, state, *, batch_size: Optional[i
     plain = tuple(f for f in ready.forwards if not f.writes)
     if plain:
         with torch.no_grad():
-            values.update(walk.run_forwards(engine, plain, state, first.rows, batch_size, step.name))
+            ran = walk.run_forwards(engine, plain, state, first.rows, batch_size, first.name)
+        state.estimates[(id(first), "plain")] = ran  # the first point's own: estimate takes them, not again
+        values.update(ran)
         windows.update((n, (w, r)) for f in plain for n, w, r in f.windows)
     (forward,), _ = walk.resolve(engine, (step.forward,))
     # The perturbations and their reads cover the whole padded sequence, rectangular: a point's
@@ -108,6 +110,7 @@ def lend(engine, step: Attribution, root: Plan, state, *, batch_size: Optional[i
                     pieces.setdefault((m.name, p), []).append(g.to("cpu", torch.float32))
         for p, at in step.grads:
             pieces.setdefault(at, []).append(got[at].detach().to("cpu", torch.float32))
+        progress.announce_batch(step.name, b - a, b, rows)
         for m in step.metrics:  # a window where the metric scores no row: no gradient, zeros
             if m not in scored:
                 for p in deltas:
@@ -145,8 +148,11 @@ def estimate(engine, obs: Observe, state, *, batch_size: Optional[int] = None) -
     values = {mine: b.value.value for mine, b in ready.lent.items()}
     plain = tuple(f for f in ready.forwards if not f.writes)
     if plain:
-        with torch.no_grad():
-            values.update(walk.run_forwards(engine, plain, state, obs.rows, batch_size, obs.name))
+        ran = state.estimates.pop((id(obs), "plain"), None)
+        if ran is None:
+            with torch.no_grad():
+                ran = walk.run_forwards(engine, plain, state, obs.rows, batch_size, obs.name)
+        values.update(ran)
     written = next(f for f in ready.forwards if f.writes)
     windows = {n: (w, r) for f in ready.forwards for n, w, r in f.windows}
     # What earlier steps of the point published (a mean to ablate with), as tensors over every row;

@@ -143,8 +143,13 @@ def rows_in(step) -> int:
     if isinstance(step, Plan):
         return sum(rows_in(child) for child in step.steps.values())
     if isinstance(step, Observe) and step.estimate is not None:
-        return 0  # scored from the attribution pass's rows, which count once
-    if isinstance(step, (Observe, Shared, Attribution)):
+        # Scored from the attribution pass's rows (counted there), after any un-written forward of its own.
+        return step.rows if any(not f.writes for f in step.forwards) else 0
+    if isinstance(step, Attribution):
+        # Its pass, then each point it verifies run exactly.
+        est, points = step.estimate, len(step.users)
+        return step.rows * (1 + (points if est.all else min(points, est.top + est.random)))
+    if isinstance(step, (Observe, Shared)):
         return step.rows
     if isinstance(step, Fit):
         held_out = step.evaluation.rows if step.evaluation is not None else 0

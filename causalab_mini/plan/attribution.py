@@ -8,7 +8,8 @@ estimated as ``metric(base) + Σ Δ·∂metric/∂a`` over its writes' positions
 
 ``check`` refuses, at compile time, what that first-order estimate cannot stand for:
   * a metric without a gradient (match, token_rank, top_k; an extension's kind that does not
-    declare one) — named with the differentiable kind to use instead;
+    declare one) — named with the differentiable kind to use instead — and the KL divergence from
+    the un-written base run, whose gradient there is 0 (the base is its minimum);
   * a whole answer (``score: sequence``: its teacher-forced copies are not built for gradients),
     a pass that decodes, a step that publishes outputs (an estimate has no activations to publish);
   * a pass with more than one written forward, a metric of a model no write changes, a metric
@@ -103,6 +104,11 @@ def check(path: str, obs: Observe, iv, ipath: str) -> None:
             raise CompileError(f"{ipath}.metrics.{m.name}.of", f"{m.name} scores {m.of!r}, read from a "
                                "model no write changes: its estimate would be its exact value",
                                f"score a read of the written model {target.model!r}")
+        if m.kind == "kl_div" and _is_base(dict(m.reads)["reference"], m.of, obs.forwards, target):
+            raise CompileError(f"{ipath}.metrics.{m.name}.reference", f"{m.name} is the KL divergence from the "
+                               "un-written base run, which is at its minimum (0) there: its gradient is 0, so "
+                               "the first-order estimate of every patch would be 0",
+                               "estimate logit_diff or prob_diff, or run the KL exactly")
         for slot, read in m.reads:
             if read in mine:
                 raise CompileError(f"{ipath}.metrics.{m.name}.{slot}", f"{read!r} is read from the written "
@@ -121,6 +127,17 @@ def check(path: str, obs: Observe, iv, ipath: str) -> None:
             raise CompileError(f"{wpath}.operand", f"the operand {w.operand.value!r} is read from a written "
                                "model: attribution takes every write's value from un-written runs",
                                "read the operand from a model without writes (\"model\": \"original\")")
+
+
+def _is_base(reference: str, of: str, forwards, target: Forward) -> bool:
+    """Whether read ``reference`` is ``of`` as the un-written model reads it on the same prompts."""
+    mine = next(r for r in target.reads if r.name == of)
+    for f in forwards:
+        for r in f.reads:
+            if r.name == reference and not f.writes:
+                return (f.input, f.ids, r.address, r.where, r.view) == (target.input, target.ids, mine.address,
+                                                                        mine.where, mine.view)
+    return False
 
 
 def _full(address: Address) -> Address:
