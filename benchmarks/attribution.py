@@ -9,12 +9,16 @@ scored at the last position — over 32 rows of long weekday prompts, on the ran
 compiles and runs the document through ``cm.run(doc, loaded=...)``:
 
 - exact: the shared sweep (P + 1 forwards: the counterfactual forward once, one patched forward
-  per point) — what the estimate replaces;
+  per point) — what the estimate replaces. Its time is linear in P, so two one-layer samples
+  (``heads`` and ``4 x heads`` points) give the shared forward's cost and a point's, and the line
+  through them gives the whole grid's; on the small model the whole grid is run too (the line and
+  the run side by side), on the mid model only the line (2,304 forwards of an 85M model are hours
+  on 2 cores);
 - attribution: the same document with ``"estimate": {"by": "attribution"}`` — the counterfactual
   forward, one base forward with a zero perturbation at every layer's attention_z, one backward.
 
 Printed per size: wall time of each (median of ``--rounds``), ``x exact`` (the exact sweep's time
-over this one's: the speed-up), the transformers model's calls (a forward pre-hook on the model)
+over this one's — run on the small model, on its line on the mid one: the speed-up), the transformers model's calls (a forward pre-hook on the model)
 and the backwards (``torch.autograd.grad`` calls, counted by a wrapper in this process), and the
 largest per-row difference between the two engines' estimates (nnterp against hooks).
 
@@ -28,7 +32,7 @@ estimated top-3 and the worst row's absolute error, for the residual stream (blo
 block_input), attention and MLP outputs, heads (attention_z) and MLP neurons (mlp_hidden, in
 groups of units), on the layer x position grid of the last six tokens.
 
-    python benchmarks/attribution.py                # both sizes (the mid exact sweep: ~10 minutes on 2 cores)
+    python benchmarks/attribution.py                # both sizes (~15 minutes on 2 cores)
     python benchmarks/attribution.py --sizes small  # a minute
     python benchmarks/attribution.py --sections agreement
 """
@@ -132,33 +136,59 @@ def speed(sizes: list[str], positions: int, rounds: int, backwards: Backwards) -
             long_rows(root)
             heads = workload.SIZES[size][1]
             layers = workload.LAYERS
-            exact_doc, estimate_doc = root / "exact.causalab.json", root / "estimate.causalab.json"
-            exact_doc.write_text(json.dumps(grid(layers, positions, heads, estimate=False)))
-            estimate_doc.write_text(json.dumps(grid(layers, positions, heads, estimate=True)))
+            docs = {}
+            for name, (n_layers, n_positions, estimate) in {
+                    "estimate": (layers, positions, True), "exact": (layers, positions, False),
+                    "sample_a": (1, 1, False), "sample_b": (1, 4, False), "warm": (1, 2, True)}.items():
+                docs[name] = root / f"{name}.causalab.json"
+                docs[name].write_text(json.dumps(grid(n_layers, n_positions, heads if name != "warm" else 2,
+                                                      estimate=estimate)))
             points = layers * positions * heads
             print(f"\n{size}: {params / 1e6:.1f}M parameters; {layers} layers x {positions} positions x "
                   f"{heads} heads = {points} points, {workload.ROWS} rows")
-            estimates = {}
-            print(f"{'variant':28s} {'median s':>9s} {'x exact':>8s} {'forwards':>9s} {'backwards':>10s}")
+            print(f"{'variant':44s} {'median s':>9s} {'x exact':>8s} {'forwards':>9s} {'backwards':>10s}")
+            estimates, exact = {}, None
             for engine in ("hooks", "nnterp"):
-                loaded = cm.load(estimate_doc, engine=engine, models=[root / "models"])
+                loaded = cm.load(docs["estimate"], engine=engine, models=[root / "models"])
                 counter = workload.Counter(_model_of(loaded))
-                warm = root / "warm.causalab.json"
-                warm.write_text(json.dumps(grid(1, 2, 2, estimate=True)))
-                cm.run(warm, loaded=loaded, models=[root / "models"], data=[root / "data"])
-                t_est, f_est, b_est, run = timed(estimate_doc, loaded, counter, backwards, rounds)
-                estimates[engine] = values(run)
-                exact_rounds = rounds if size == "small" else 1
+                cm.run(docs["warm"], loaded=loaded, models=[root / "models"], data=[root / "data"])
                 if engine == "hooks":
-                    t_exact, f_exact, b_exact, _ = timed(exact_doc, loaded, counter, backwards, exact_rounds)
-                    print(f"{'exact (hooks, shared)':28s} {t_exact:9.2f} {1.0:8.2f} {f_exact:9d} {b_exact:10d}")
-                print(f"{'attribution (' + engine + ')':28s} {t_est:9.2f} {t_exact / t_est:8.1f} {f_est:9d} "
+                    exact = exact_cost(docs, loaded, counter, backwards, rounds, points, heads,
+                                       whole=size == "small")
+                t_est, f_est, b_est, run = timed(docs["estimate"], loaded, counter, backwards, rounds)
+                estimates[engine] = values(run)
+                print(f"{'attribution (' + engine + ')':44s} {t_est:9.2f} {exact / t_est:8.1f} {f_est:9d} "
                       f"{b_est:10d}")
                 del loaded
             print(f"largest per-row difference, nnterp against hooks: "
                   f"{largest_difference(estimates['hooks'], estimates['nnterp']):.3g}")
             if size == "small":
                 calls(root, heads, positions, backwards)
+
+
+def exact_cost(docs: dict, loaded, counter, backwards, rounds: int, points: int, heads: int, *,
+               whole: bool) -> float:
+    """The exact shared sweep's time: P + 1 forwards, the shared one and one per point, so the
+    time is linear in P. Two sample grids of one layer (``heads`` and ``4 x heads`` points) give
+    the shared forward's cost and a point's; the whole grid is run too where ``whole`` (the small
+    model), which shows the line holds. Returns the time the estimate is compared with: the
+    measured one where run, else the line's."""
+    t_a, f_a, _, _ = timed(docs["sample_a"], loaded, counter, backwards, rounds)
+    t_b, f_b, _, _ = timed(docs["sample_b"], loaded, counter, backwards, rounds)
+    per_point = (t_b - t_a) / (3 * heads)
+    shared = t_a - heads * per_point
+    line = shared + points * per_point
+    print(f"{'exact (hooks, shared), ' + str(heads) + ' points':44s} {t_a:9.2f} {'':8s} {f_a:9d} {0:10d}")
+    print(f"{'exact (hooks, shared), ' + str(4 * heads) + ' points':44s} {t_b:9.2f} {'':8s} {f_b:9d} {0:10d}")
+    print(f"{'exact, ' + str(points) + ' points, on that line':44s} {line:9.2f} {1.0 if not whole else '':>8} "
+          f"{points + 1:9d} {0:10d}")
+    if not whole:
+        return line
+    t, f, b, _ = timed(docs["exact"], loaded, counter, backwards, rounds)
+    print(f"{'exact (hooks, shared), ' + str(points) + ' points, run':44s} {t:9.2f} {1.0:8.2f} {f:9d} {b:10d}")
+    print(f"the line against the run: {line / t:.2f} (below 1: the line understates the exact sweep, and a "
+          "speed-up measured against it)")
+    return t
 
 
 def calls(root: Path, heads: int, positions: int, backwards: Backwards) -> None:
