@@ -64,6 +64,14 @@ def test_renormalize():
     torch.testing.assert_close(out, expected)
 
 
+def test_renormalize_takes_a_vector_as_short_as_the_smallest_normal_float_to_f0s_norm():
+    # The ratio 4 / 1.18e-38 is past float32's largest number; the direction is not.
+    tiny = torch.finfo(torch.float32).tiny
+    f = torch.tensor([[0.0, 0.0, tiny]])
+    out = m.renormalize(f, None, {}, torch.tensor([[0.0, 0.0, 4.0]]))
+    assert torch.equal(out, torch.tensor([[0.0, 0.0, 4.0]]))
+
+
 def test_renormalize_gradient_at_a_zero_vector_is_finite():
     f = torch.zeros(1, 3, requires_grad=True)
     m.renormalize(f, None, {}, torch.ones(1, 3)).sum().backward()

@@ -74,14 +74,16 @@ def renormalize(f: Tensor, operand, params: dict, f0: Optional[Tensor] = None) -
 
     A zero vector has no direction to rescale along and is returned as it is; the
     guard is on the denominator, not a ``where`` around the quotient, so no NaN
-    reaches the backward either.
+    reaches the backward either. The direction is taken first (f/‖f‖, at most 1 a
+    coordinate) and then scaled: the ratio ‖f0‖/‖f‖ of a vector as short as the
+    smallest normal float overflows to inf.
     """
     if f0 is None:
         raise ValueError("renormalize measures against the pre-write value f0, and none was given")
     norm = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
     target = torch.linalg.vector_norm(f0.to(f.dtype), dim=-1, keepdim=True)
     safe = torch.where(norm > 0, norm, torch.ones_like(norm))
-    return f * (target / safe)
+    return (f / safe) * target
 
 
 REGISTRY: dict[str, Mechanism] = {

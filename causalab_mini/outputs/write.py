@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -292,10 +293,20 @@ def check_targets(out: Path, files) -> None:
         for parent in target.parents:
             if parent == out.parent or parent in checked:
                 break
-            if parent.exists() and not parent.is_dir():
+            if _not_a_folder(parent):
                 raise PlanError(rel, f"{parent} is a file, and the run needs a folder there",
                                 "move that file away, or save to another file_path")
             checked.add(parent)
+
+
+def _not_a_folder(path: Path) -> bool:
+    """``path`` is there and is not a folder — asked with one ``stat``: a run committing into the same
+    folder may remove an emptied folder between an ``exists`` and an ``is_dir``, which would read
+    as a file that is not there."""
+    try:
+        return not stat.S_ISDIR(os.stat(path).st_mode)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
 
 
 def _left(out: Path) -> str:
