@@ -65,11 +65,12 @@ def test_renormalize():
 
 
 def test_renormalize_takes_a_vector_as_short_as_the_smallest_normal_float_to_f0s_norm():
-    # The ratio 4 / 1.18e-38 is past float32's largest number; the direction is not.
+    # The ratio 4 / 1.18e-38 is past float32's largest number, and tiny² underflows; the direction is not.
     tiny = torch.finfo(torch.float32).tiny
-    f = torch.tensor([[0.0, 0.0, tiny]])
-    out = m.renormalize(f, None, {}, torch.tensor([[0.0, 0.0, 4.0]]))
-    assert torch.equal(out, torch.tensor([[0.0, 0.0, 4.0]]))
+    out = m.renormalize(torch.tensor([[tiny], [0.0]]), None, {}, torch.tensor([[-4.0], [4.0]]))
+    assert torch.equal(out, torch.tensor([[4.0], [0.0]]))  # f's direction at f0's norm; zero stays zero
+    out = m.renormalize(torch.tensor([[0.0, -3 * tiny, 4 * tiny]]), None, {}, torch.tensor([[0.0, 10.0, 0.0]]))
+    torch.testing.assert_close(out, torch.tensor([[0.0, -6.0, 8.0]]))
 
 
 def test_renormalize_gradient_at_a_zero_vector_is_finite():

@@ -74,16 +74,18 @@ def renormalize(f: Tensor, operand, params: dict, f0: Optional[Tensor] = None) -
 
     A zero vector has no direction to rescale along and is returned as it is; the
     guard is on the denominator, not a ``where`` around the quotient, so no NaN
-    reaches the backward either. The direction is taken first (f/‖f‖, at most 1 a
-    coordinate) and then scaled: the ratio ‖f0‖/‖f‖ of a vector as short as the
-    smallest normal float overflows to inf.
+    reaches the backward either. The direction is found on f divided by its largest
+    coordinate, then scaled: for a vector as short as the smallest normal float,
+    ‖f0‖/‖f‖ overflows to inf and the squares inside ‖f‖ underflow to 0.
     """
     if f0 is None:
         raise ValueError("renormalize measures against the pre-write value f0, and none was given")
-    norm = torch.linalg.vector_norm(f, dim=-1, keepdim=True)
+    peak = f.abs().amax(dim=-1, keepdim=True)
+    unit = f / torch.where(peak > 0, peak, torch.ones_like(peak))  # coordinates in [-1, 1]
+    norm = torch.linalg.vector_norm(unit, dim=-1, keepdim=True)
     target = torch.linalg.vector_norm(f0.to(f.dtype), dim=-1, keepdim=True)
     safe = torch.where(norm > 0, norm, torch.ones_like(norm))
-    return (f / safe) * target
+    return (unit / safe) * target
 
 
 REGISTRY: dict[str, Mechanism] = {
