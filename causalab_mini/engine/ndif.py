@@ -49,5 +49,12 @@ class NDIFEngine(NNterpEngine):
         if state is not None:
             raise EngineError("state", "a remote walk cannot carry a state from an earlier request",
                               "run the plan's points in one execute")
-        return super().execute(plan, remote=self.server if remote is None else remote, batch_size=batch_size,
-                               at_once=at_once)
+        target = self.server if remote is None else remote
+        # The session carries this engine to the server; a stand-in set on it (its model, its weights'
+        # envoys) is not part of the request NDIF would get, so it is taken off while the request is made.
+        own = self.__dict__.pop("server", None)
+        try:
+            return super().execute(plan, remote=target, batch_size=batch_size, at_once=at_once)
+        finally:
+            if own is not None:
+                self.server = own

@@ -321,6 +321,9 @@ class NNterpEngine(AnswersFromFacts):
             home["served_dtype"] = str(model.lm_head.weight.dtype)
             save(home)
         plan.provenance["served_dtype"] = home.pop("served_dtype")
+        wire = getattr(options.get("backend"), "wire", None)  # a stand-in measures what crossed (remote.py)
+        if wire is not None:
+            plan.provenance["wire"] = dict(wire)
         plan_module.fill(plan, home)
         return plan
 
