@@ -292,6 +292,17 @@ def load(folder, impl, dtype=torch.float32):
     return AutoModelForCausalLM.from_pretrained(folder, attn_implementation=impl, dtype=dtype).eval()
 
 
+def written(row: dict, eager, ids, mask, real, out, out_w) -> None:
+    """A pattern write's row entries: the same write made by hand in the eager model's softmax,
+    how many 4-D softmaxes it saw, how far the write moved the logits, and how far it is from the
+    hand-made one on real tokens."""
+    with torch.no_grad(), eager_softmax_rewrite() as n4d:
+        ref_w = eager(input_ids=ids, attention_mask=mask).logits
+    row["softmax4d_calls"] = n4d["n"]
+    row["effect"] = float((out_w - out).abs().max())
+    row["d_write"] = float((out_w - ref_w)[real].abs().max())
+
+
 def batch_of(folder: Path):
     """TEXTS as the checkpoint's tokenizer pads them on the left: ids, mask, and the real tokens."""
     tok = AutoTokenizer.from_pretrained(folder)
@@ -371,11 +382,7 @@ def measure(family: str, folder: Path) -> dict:
 
     with torch.no_grad(), hooked(write):
         out_w = model(input_ids=ids, attention_mask=mask).logits
-    with torch.no_grad(), eager_softmax_rewrite() as n4d:
-        ref_w = eager(input_ids=ids, attention_mask=mask).logits
-    row["softmax4d_calls"] = n4d["n"]
-    row["effect"] = float((out_w - out).abs().max())
-    row["d_write"] = float((out_w - ref_w)[real].abs().max())
+    written(row, eager, ids, mask, real, out, out_w)
     if family == "llama":
         with torch.no_grad():
             hand = llama_by_hand(eager, ids, mask, write=False)
@@ -447,11 +454,7 @@ def measure_routine(family: str, folder: Path) -> dict:
         row["d_real"] = float((out - ref)[real].abs().max())
         with seam.listening({m: listener(i, True) for i, m in enumerate(modules)}):
             out_w = served(input_ids=ids, attention_mask=mask).logits
-    with torch.no_grad(), eager_softmax_rewrite() as n4d:
-        ref_w = eager(input_ids=ids, attention_mask=mask).logits
-    row["softmax4d_calls"] = n4d["n"]
-    row["effect"] = float((out_w - out).abs().max())
-    row["d_write"] = float((out_w - ref_w)[real].abs().max())
+    written(row, eager, ids, mask, real, out, out_w)
     row["d_decode"] = float((decode(served, ids, mask) - decode(eager, ids, mask)).abs().max())
     e16, m16 = load(folder, "eager", torch.bfloat16), load(folder, "eager", torch.bfloat16)
     seam.serve(m16)
