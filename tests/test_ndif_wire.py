@@ -71,3 +71,28 @@ def test_a_stock_server_refuses_the_request_by_name_and_the_client_is_untouched(
     again = cm.run(DOC, loaded=shell, data=[DATA])
     assert torch.equal(again.plan.steps["score"].results["logit_diff"],
                        sent[0].plan.steps["score"].results["logit_diff"])
+
+
+def test_a_server_whose_causalab_mini_differs_is_refused_before_the_walk(sent, monkeypatch):
+    """The session's first act on the server: its own causalab-mini (version, source digest) against
+    the client's; a different one is refused by name and no forward runs. A matching one is recorded."""
+    run, server = sent
+    from causalab_mini.engine import provenance
+
+    assert run.record["server"] == provenance.identity() and run.record["server"]["source"]
+    calls = []
+    hook = server.model._model.register_forward_pre_hook(lambda *a: calls.append(1))
+    try:
+        shell = cm.load(DOC, engine="ndif", models=[MODELS])
+        shell.server = server
+        cm.run(DOC, loaded=shell, data=[DATA])
+        matching = len(calls)
+        skewed = dict(provenance.identity(), source="0" * 64)  # this client, as if its source differed
+        monkeypatch.setattr(provenance, "identity", lambda: skewed)
+        with pytest.raises(EngineError) as refused:
+            cm.run(DOC, loaded=shell, data=[DATA])
+    finally:
+        hook.remove()
+    assert refused.value.path == "server" and "000000000000" in refused.value.problem
+    assert "install the client's causalab-mini" in refused.value.fix
+    assert matching > 0 and len(calls) == matching  # the server's model ran for the match, not for the skew

@@ -304,6 +304,8 @@ class NNterpEngine(AnswersFromFacts):
         # a second ``causalab_mini`` whose Plan is not the class of this plan — while the
         # locals are the caller's own objects. Remotely both resolve by import on the server.
         walk, results_of, save = steps.run, plan_module.results_of, nnsight.save
+        # The server imports the walk's code from its own causalab-mini: checked against ours first.
+        check, client = provenance.check_server, provenance.identity()
         seamed = sorted({t.address.spelling() for _, step in plan.walk() for f in getattr(step, "forwards", ())
                          for t in f.taps if self._seamed(t.address.component)})
         if seamed:
@@ -313,14 +315,17 @@ class NNterpEngine(AnswersFromFacts):
                               "with in this process, which a session sent elsewhere does not run",
                               "run this document without remote")
         with _plain_errors(), model.session(**options):
+            server = check(client)
             walk(engine, plan, batch_size=batch_size, at_once=at_once, state=state)
             # What comes home is plain — strings and tensors by step path. Saved after the
             # walk: each trace inside it clears nnsight 0.7.0's saved set on exit.
             home = results_of(plan)
             # A server serves the dtype it chose; say what ran.
             home["served_dtype"] = str(model.lm_head.weight.dtype)
+            home["server"] = server
             save(home)
         plan.provenance["served_dtype"] = home.pop("served_dtype")
+        plan.provenance["server"] = home.pop("server")
         wire = getattr(options.get("backend"), "wire", None)  # a stand-in measures what crossed (remote.py)
         if wire is not None:
             plan.provenance["wire"] = dict(wire)

@@ -47,6 +47,32 @@ def source_digest() -> str:
     return outer.hexdigest()
 
 
+def identity() -> dict:
+    """This process's causalab-mini: its version and the digest of its source."""
+    try:
+        version = metadata.version("causalab-mini")
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        version = None
+    return {"version": version, "source": source_digest()}
+
+
+def check_server(client: dict) -> dict:
+    """Run first in a session sent to a server: the server's own causalab-mini (what it imports the
+    walk's code from) against the client's ``identity()``; a different version or source is refused
+    by name before the walk computes anything — a function whose body changed would otherwise run
+    silently. Returns the server's identity, for the run's record."""
+    from ..errors import EngineError
+
+    here = identity()
+    if here != client:
+        raise EngineError("server", f"the server runs causalab-mini {here['version']} (source "
+                          f"{str(here['source'])[:12]}…) and this client {client['version']} (source "
+                          f"{str(client['source'])[:12]}…): the walk's code is imported from the server's copy",
+                          "install the client's causalab-mini on the server (the same version and source), "
+                          "or run with the server's version here")
+    return here
+
+
 def served_dtype(model: Any) -> str:
     """``str`` of the unembedding weight's dtype: what the model was actually served in.
 
