@@ -201,7 +201,10 @@ def _say_time(ran) -> None:
              if timing.get(f"{stage}_s") is not None]
     points = [s for s in (timing.get("points") or {}).values() if s is not None]
     if points:
-        parts[-1] += (f" (shared forwards {timing['shared_s']:.2f} s, {len(points)} points "
+        # An estimated sweep's gradient pass and its exact verification belong to no point either.
+        shared = "shared forwards" + (", attribution and verification" if (ran.record or {}).get("attribution")
+                                      else "")
+        parts[-1] += (f" ({shared} {timing['shared_s']:.2f} s, {len(points)} points "
                       f"{min(points):.2f}–{max(points):.2f} s each)")
     if parts:
         print("time: " + ", ".join(parts), file=sys.stderr)

@@ -48,7 +48,8 @@ class Clock:
 
     @property
     def shared(self) -> float:
-        """The walk's seconds no point owns: its shared forwards (and the steps between points)."""
+        """The walk's seconds no point owns: its shared forwards (and the steps between points; an
+        attribution pass and its exact verification)."""
         return max(0.0, self.spent.get("compute", 0.0) - self._owned)
 
     def record(self, points: Optional[dict[str, str]] = None) -> dict:
