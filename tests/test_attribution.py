@@ -24,7 +24,7 @@ import torch
 
 import families
 import causalab_mini as cm
-from attribution_corpus import COMPONENTS, LAYERS, MLP_HIDDEN, Reference, document, revision
+from attribution_corpus import COMPONENTS, LAYERS, MLP_HIDDEN, Reference, document, indices, revision
 from paths import DATA, MODELS
 from test_families import REFERENCE
 
@@ -308,3 +308,40 @@ def test_an_estimated_runs_batches_add_up_to_the_total_it_announced(case, engine
     # the two shared forwards (clean's base run, the counterfactual), each point's clean pass (its
     # forward borrowed), the attribution pass, then the verified points run exactly
     assert start.total == rows * (2 + len(ran.points) + 1 + verified)
+
+
+# --- a metric that compares with another read ----------------------------------------------------
+
+def test_a_kl_from_the_counterfactual_run_is_estimated_as_autograd_says(case, engines):
+    """KL(counterfactual run ‖ patched run) at the last token: the compared read comes from the
+    shared counterfactual forward, a constant of the gradient. Each row's estimate equals the hand
+    one — the KL at the base run plus Δ·∂KL/∂a of the raw HF model's autograd — on both engines."""
+    c = case("tiny-llama")
+    raw = document("tiny-llama", pin=revision("tiny-llama"), steps=("block_output",))
+    iv = raw["interventions"]["block_output"]
+    iv["reads"]["cf_logits"] = {"site": "logits", "pos": -1, "model": "original", "input": "counterfactual"}
+    iv["metrics"] = {"kl": {"kind": "kl_div", "of": "logits", "reference": "cf_logits"}}
+    raw["interventions"]["clean"]["metrics"] = {}
+    del raw["steps"]["clean"]
+    runs = {e: c.run(raw, e, engines) for e in ENGINES}
+    hand = c.hand
+    place = {("block_output", layer): hand.place("block_output", layer) for layer in LAYERS}
+    moved = 0.0
+    for row, (base_ids, cf_ids) in enumerate(zip(hand.base, hand.cf)):
+        cf_logits, at_cf, _ = hand._forward(cf_ids, place, leaf=False)
+        logits, at_base, leaves = hand._forward(base_ids, place, leaf=True)
+        ref = cf_logits.log_softmax(-1)
+        kl = (ref.exp() * (ref - logits.log_softmax(-1))).sum()
+        keys = list(leaves)
+        grads = dict(zip(keys, torch.autograd.grad(kl, [leaves[k] for k in keys])))
+        for layer in LAYERS:
+            key = ("block_output", layer)
+            a_base, a_cf, g = at_base[key][0].double(), at_cf[key][0].double(), grads[key][0].double()
+            for pos in (-1, -4):
+                pb, pc = indices(pos, a_base.shape[0]), indices(pos, a_cf.shape[0])
+                want = kl.item() + float(((a_cf[pc] - a_base[pb]) * g[pb]).sum())
+                moved = max(moved, abs(want - kl.item()))
+                for engine, run in runs.items():
+                    got = run.point(f"layer={layer},pos={pos}").result("kl", step="block_output").values[row]
+                    assert abs(got - want) <= ATOL + RTOL * abs(want), (engine, layer, pos, row, got, want)
+    assert moved > 1e-3  # the estimates are not the base KL: the gradient is not zero here
