@@ -29,7 +29,6 @@ import torch
 
 from ..ops import intervene
 from ..ops.featurizers import IDENTITY
-from ..plan.attribution import estimated_steps
 from ..plan.plan import Attribution, Featurizers, Observe, Plan
 from ..vocab import MECHANISMS
 from . import passes as walk
@@ -53,17 +52,10 @@ def lend(engine, step: Attribution, root: Plan, state, *, batch_size: Optional[i
     pname, sname = step.users[0]
     first = (root.steps[pname] if pname else root).steps[sname]
     ready = walk.prepare(engine, first, state)
-    # The un-written forwards a point still runs itself (none in a shared sweep): the compared
-    # reads a metric needs (a reference run's logits) may be there.
     values = {mine: b.value.value for mine, b in ready.lent.items()}
     windows = {mine: (b.window, b.ragged) for mine, b in ready.lent.items()}
-    plain = tuple(f for f in ready.forwards if not f.writes)
-    if plain:
-        with torch.no_grad():
-            ran = walk.run_forwards(engine, plain, state, first.rows, batch_size, first.name)
-        state.estimates[(id(first), "plain")] = ran  # the first point's own: estimate takes them, not again
-        values.update(ran)
-        windows.update((n, (w, r)) for f in plain for n, w, r in f.windows)
+    values.update(_own_values(engine, first, ready, state, batch_size))
+    windows.update((n, (w, r)) for f in ready.forwards if not f.writes for n, w, r in f.windows)
     (forward,), _ = walk.resolve(engine, (step.forward,))
     # The perturbations and their reads cover the whole padded sequence, rectangular: a point's
     # window (resolved against the same rows) indexes them as it indexes the activation.
@@ -133,12 +125,24 @@ def _address(step: Attribution, perturb: str):
 
 
 def _rows_of(value, window, a: int, b: int):
-    """Rows [a, b) of an un-written read: rectangular by index, flat by its rows' positions."""
+    """Rows [a, b) of an un-written read, as a window of the walk slices it (flat: by its rows' counts)."""
     win, ragged = window
-    if not ragged:
-        return value[a:b]
-    start = sum(len(w) for w in win[:a])
-    return value[start:start + sum(len(w) for w in win[a:b])]
+    counts = tuple(len(w) for w in win) if ragged else None
+    return walk.slice_published(walk.Published(value, per_row=True, counts=counts), a, b)
+
+
+def _own_values(engine, obs: Observe, ready, state, batch_size: Optional[int]) -> dict:
+    """The values of a point's own un-written forwards (none where a sweep shares them: the compared
+    reads a metric needs, a reference run's logits, may be there) — run once for the attribution
+    pass and the point's estimate alike."""
+    plain = tuple(f for f in ready.forwards if not f.writes)
+    if not plain:
+        return {}
+    key = (id(obs), "own")
+    if key not in state.estimates:
+        with torch.no_grad():
+            state.estimates[key] = walk.run_forwards(engine, plain, state, obs.rows, batch_size, obs.name)
+    return state.estimates[key]
 
 
 def estimate(engine, obs: Observe, state, *, batch_size: Optional[int] = None) -> None:
@@ -146,13 +150,8 @@ def estimate(engine, obs: Observe, state, *, batch_size: Optional[int] = None) -
     gradients: Gradients = state.estimates[id(obs)]
     ready = walk.prepare(engine, obs, state)
     values = {mine: b.value.value for mine, b in ready.lent.items()}
-    plain = tuple(f for f in ready.forwards if not f.writes)
-    if plain:
-        ran = state.estimates.pop((id(obs), "plain"), None)
-        if ran is None:
-            with torch.no_grad():
-                ran = walk.run_forwards(engine, plain, state, obs.rows, batch_size, obs.name)
-        values.update(ran)
+    values.update(_own_values(engine, obs, ready, state, batch_size))
+    state.estimates.pop((id(obs), "own"), None)  # read: not kept past the point
     written = next(f for f in ready.forwards if f.writes)
     windows = {n: (w, r) for f in ready.forwards for n, w, r in f.windows}
     # What earlier steps of the point published (a mean to ablate with), as tensors over every row;
@@ -213,8 +212,8 @@ def verify(engine, root: Plan, step: Attribution, state, *, batch_size: Optional
     users = [(p, s, (root.steps[p] if p else root).steps[s]) for p, s in step.users]
     gradients: Gradients = state.estimates[id(users[0][2])]
     ranked = est.metric or step.metrics[0].name
-    effects = {p: _effect(obs.results[ranked], gradients.base[ranked], gradients.rows[ranked],
-                          obs.results["eligible"][ranked]) for p, _, obs in users}
+    base = _base_by_row(gradients, ranked)
+    effects = {p: _effect(_by_row(obs.results, ranked), base) for p, _, obs in users}
     by_estimate = sorted(effects, key=lambda p: -abs(effects[p]))
     if est.all:
         chosen = [p for p, _, _ in users]
@@ -249,44 +248,48 @@ def verify(engine, root: Plan, step: Attribution, state, *, batch_size: Optional
         obs.results["verification"] = figures
 
 
-def _effect(values, base, rows, eligible) -> float:
-    """A point's mean change from the base metric over its scored rows."""
-    idx = [i for i, ok in enumerate(rows) if ok and eligible[i]]
-    if not idx:
-        return 0.0
-    change = values.to(torch.float64) - base[[i for i, ok in enumerate(rows) if ok]].to(torch.float64)
-    return float(change.mean())
+def _by_row(results: dict, name: str) -> dict:
+    """A pass's values of metric ``name``, by the index of each row it scored."""
+    rows = [i for i, ok in enumerate(results["eligible"][name]) if ok]
+    return dict(zip(rows, results[name].tolist()))
+
+
+def _base_by_row(gradients: Gradients, name: str) -> dict:
+    rows = [i for i, ok in enumerate(gradients.rows[name]) if ok]
+    return dict(zip(rows, gradients.base[name][rows].tolist()))
+
+
+def _effect(values: dict, base: dict, rows=None) -> float:
+    """The mean change from the base metric over ``rows`` (default: every row ``values`` has)."""
+    rows = list(values) if rows is None else rows
+    return math.fsum(values[i] - base[i] for i in rows) / len(rows) if rows else 0.0
 
 
 def _figures(name: str, users, exact: dict, gradients: Gradients, k: int, by_estimate) -> dict:
-    """Spearman between estimated and exact effects over the verified points; recall of the exact
-    top-k among the estimated top-k (on the ranking metric); the worst absolute error on a row."""
-    base, rows = gradients.base[name], gradients.rows[name]
+    """Spearman between estimated and exact effects over the verified points (each over the rows
+    both scored); recall of the exact top-k among the estimated top-k (on the ranking metric); the
+    worst absolute error on a row."""
+    base = _base_by_row(gradients, name)
     est_effects, exact_effects = [], []
+    exact_effect = {}  # verified point -> its exact effect
     worst, worst_at = 0.0, None
     for p, _, obs in users:
         if p not in exact:
             continue
-        got, want = obs.results[name], exact[p].get(name)
-        est_rows = [i for i, ok in enumerate(obs.results["eligible"][name]) if ok]
-        exact_rows = [i for i, ok in enumerate(exact[p]["eligible"][name]) if ok]
-        est_of = dict(zip(est_rows, got.tolist()))
-        exact_of = dict(zip(exact_rows, want.tolist()))
-        both = [i for i in est_rows if i in exact_of]
-        base_of = dict(zip([i for i, ok in enumerate(rows) if ok], base[[i for i, ok in enumerate(rows) if ok]].tolist()))
+        estimated, exactly = _by_row(obs.results, name), _by_row(exact[p], name)
+        both = [i for i in estimated if i in exactly]
         if not both:
             continue
-        est_effects.append(math.fsum(est_of[i] - base_of[i] for i in both) / len(both))
-        exact_effects.append(math.fsum(exact_of[i] - base_of[i] for i in both) / len(both))
+        est_effects.append(_effect(estimated, base, both))
+        exact_effects.append(_effect(exactly, base, both))
+        exact_effect[p] = exact_effects[-1]
         for i in both:
-            err = abs(est_of[i] - exact_of[i])
+            err = abs(estimated[i] - exactly[i])
             if err > worst or worst_at is None:
                 worst, worst_at = err, {"point": p or None, "row": i}
     out = {"spearman": spearman(est_effects, exact_effects), "error": worst if worst_at else None,
            "error_at": worst_at, "verified": len(est_effects)}
     if by_estimate is not None:
-        verified = [p for p, _, _ in users if p in exact]
-        exact_effect = dict(zip(verified, exact_effects))
         top_exact = sorted(exact_effect, key=lambda p: -abs(exact_effect[p]))[:k]
         top_est = set(by_estimate[:k])
         out["recall"] = sum(p in top_est for p in top_exact) / len(top_exact) if top_exact else None
@@ -320,10 +323,3 @@ def _ranks(values: list) -> list[float]:
             ranks[order[t]] = (i + j) / 2 + 1
         i = j + 1
     return ranks
-
-
-def steps_of(root: Plan) -> list[Attribution]:
-    return [s for s in root.steps.values() if isinstance(s, Attribution)]
-
-
-__all__ = ["lend", "estimate", "verify", "spearman", "steps_of", "estimated_steps"]

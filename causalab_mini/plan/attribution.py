@@ -37,6 +37,7 @@ from ..errors import CompileError
 from ..metric_kinds import METRICS
 from ..shapes import Where
 from .plan import Attribution, Estimate, Forward, Observe, Operand, Plan, ReadOp, WriteOp, group_taps
+from .share import forward_identity, read_identity
 
 STEP = "attribution"  # the root plan's step (a point's name always has "=", so never this)
 # Sites inside the softmax: a first-order estimate there is the one AtP*'s QK fix corrects.
@@ -58,6 +59,26 @@ def plan_estimate(step, metrics: tuple) -> Optional[Estimate]:
         return Estimate(by=step.estimate.by)
     return Estimate(by=step.estimate.by, top=v.top, random=v.random, all=v.all, seed=v.seed,
                     metric=v.metric or (metrics[0].name if metrics else None))
+
+
+def estimated(path: str, step, obs: Observe, spec, engine: str) -> Observe:
+    """``obs``, the compiled observe step at ``path``, scored by attribution — once the document and
+    the engine it compiles for allow it, and what it asks can be estimated (``check``)."""
+    from ..document.spec import FitStep
+    from ..engines import remote_names
+
+    if any(isinstance(s, FitStep) for s in spec.steps.values()):
+        raise CompileError(f"{path}.estimate", "this document trains (a fit step), and the points an "
+                           "estimate verifies are run exactly after every point has been estimated, "
+                           "when a fit would have moved its featurizers on", "estimate in a document that "
+                           "loads the trained featurizer (its weights step's file) instead")
+    if engine in remote_names():
+        raise CompileError(f"{path}.estimate", f"the {engine} engine runs its forwards on a server, "
+                           "and attribution's gradients are taken in this process's walk",
+                           "estimate with a local engine (hooks or nnterp), or run the sweep exactly")
+    obs = replace(obs, estimate=plan_estimate(step, obs.metrics))
+    check(path, obs, spec.interventions[step.interventions], f"interventions.{step.interventions}")
+    return obs
 
 
 def check(path: str, obs: Observe, iv, ipath: str) -> None:
@@ -150,9 +171,12 @@ def _written(obs: Observe) -> Forward:
 
 
 def _group_key(sname: str, obs: Observe) -> tuple:
+    """What makes estimated steps one attribution pass: the same base forward (as ``share`` tells two
+    forwards apart), the same reads under the same names (the metrics name them), the same metrics
+    and the same verification."""
     f = _written(obs)
-    reads = tuple((r.name, r.address, r.where, r.anchors, r.view, r.width) for r in f.reads)
-    return (sname, f.model, f.input, f.dataset, f.ids, f.mask, reads, repr(obs.metrics), obs.estimate)
+    reads = tuple((r.name, read_identity(r)) for r in f.reads)
+    return (sname, forward_identity(f), reads, repr(obs.metrics), obs.estimate)
 
 
 def estimated_steps(plan: Plan) -> list[tuple[str, str, Observe]]:

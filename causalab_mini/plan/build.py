@@ -172,31 +172,12 @@ class _PointCompiler:
         n = len(next(iter(loaded.values())).rows)
         obs = self._pass(sname, sname, step.interventions, loaded, range(n), step)
         if step.estimate is not None:
-            obs = self._estimated(sname, step, obs)
+            obs = attribution.estimated(f"steps.{sname}", step, obs, self.spec, self.ctx.engine)
         for oname, out in step.outputs.items():
             forward, read = next((f, r) for f in obs.forwards for r in f.reads if r.name == out.read)
             if out.reduce == "pca":
                 self._check_pca(f"steps.{sname}.outputs.{oname}", out.k, read, forward)
             self.published[oname] = None if out.reduce == "pca" else read.width
-        return obs
-
-    def _estimated(self, sname: str, step: ObserveStep, obs: Observe) -> Observe:
-        """The step scored by attribution, once what it asks can be estimated (plan/attribution.py)."""
-        path = f"steps.{sname}"
-        if any(isinstance(s, FitStep) for s in self.spec.steps.values()):
-            raise CompileError(f"{path}.estimate", "this document trains (a fit step), and the points an "
-                               "estimate verifies are run exactly after every point has been estimated, "
-                               "when a fit would have moved its featurizers on", "estimate in a document that "
-                               "loads the trained featurizer (its weights step's file) instead")
-        from ..engines import remote_names
-
-        if self.ctx.engine in remote_names():
-            raise CompileError(f"{path}.estimate", f"the {self.ctx.engine} engine runs its forwards on a server, "
-                               "and attribution's gradients are taken in this process's walk",
-                               "estimate with a local engine (hooks or nnterp), or run the sweep exactly")
-        obs = replace(obs, estimate=attribution.plan_estimate(step, obs.metrics))
-        attribution.check(path, obs, self.spec.interventions[step.interventions],
-                          f"interventions.{step.interventions}")
         return obs
 
     def _check_pca(self, path: str, k: int, read: ReadOp, forward: Forward) -> None:

@@ -31,14 +31,14 @@ def shareable(forward: Forward) -> bool:
             and all(r.featurizer is None for r in forward.reads))
 
 
-def _identity(forward: Forward) -> tuple:
+def forward_identity(forward: Forward) -> tuple:
     """What makes two forwards the same computation (their reads aside)."""
     # A chat's segments are dicts (turn -> character span): made hashable, as the key must be.
     segments = None if forward.segments is None else tuple(tuple(sorted(s.items())) for s in forward.segments)
     return (forward.model, forward.input, forward.dataset, forward.ids, forward.mask, forward.texts, segments)
 
 
-def _read_identity(read) -> tuple:
+def read_identity(read) -> tuple:
     """What makes two reads the same value: where and how, not their names."""
     return (read.address, read.where, read.anchors, read.view, read.width, read.step)
 
@@ -59,7 +59,7 @@ def share(root: Plan) -> Plan:
             if isinstance(step, Observe):
                 for i, f in enumerate(step.forwards):
                     if shareable(f):
-                        groups.setdefault(_identity(f), []).append((pname, sname, i))
+                        groups.setdefault(forward_identity(f), []).append((pname, sname, i))
     groups = {k: users for k, users in groups.items() if len({u[0] for u in users}) > 1}
     if not groups:
         return root
@@ -74,7 +74,7 @@ def share(root: Plan) -> Plan:
             obs = points[pname].steps[sname]
             record = record or _anchored(obs)
             for r in obs.forwards[i].reads:
-                ident = _read_identity(r)
+                ident = read_identity(r)
                 if ident not in reads:  # named after the first point that reads it: errors stay readable
                     reads[ident] = replace(r, name=f"{pname}/{sname}/{r.name}")
                 shared_name = reads[ident].name
