@@ -25,7 +25,7 @@ from . import formats
 from .document import read as front
 from .document.expect import Expectation
 from . import engines
-from .errors import PlanError
+from .errors import EngineError, PlanError
 from .outputs import run_files
 from .names import point_name, stem
 from .outputs.results import Point, Run, Scored, Result
@@ -157,16 +157,29 @@ def resolve_model(document: Union[PathLike, dict, Document], *, models=None, has
 
 
 def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", models=None,
-         device_map: str = "cpu", trust_remote_code: bool = False):
+         device_map: str = "cpu", trust_remote_code: bool = False, request: Optional[str] = None):
     """The named engine with the document's model loaded (frozen), to pass to ``run(loaded=...)``
-    for every document on that model."""
+    for every document on that model. ``request``, for a remote engine (``ndif``): what its requests
+    carry — ``"kernel"`` (the default: a stock server runs it) or ``"package"`` (the walk by
+    reference, for a server with this causalab-mini installed)."""
+    from .plan.stock import KINDS
+
     doc = read(document)
+    remote = engines.record(engine).remote if engine in engines.ENGINES else False
+    if request is not None and (not remote or request not in KINDS):
+        raise EngineError("request", f"request={request!r} " + (f"is not one of {', '.join(KINDS)}" if remote else
+                          f"is for a remote engine, and {engine} runs here"),
+                          f"give one of {', '.join(KINDS)} with engine=\"ndif\"" if not remote else
+                          f"give one of {', '.join(KINDS)}")
     # A sweep may not change the model, so the first point names it; eager attention (which rounds
     # differently) is asked for only when some point taps the attention pattern.
-    return engines.engine_class(engine).load(doc.model, document=doc.path, models=models, device_map=device_map,
-                                              trust_remote_code=trust_remote_code,
-                                              attention_probs=uses_attention_probs(doc.points),
-                                              attention_seam=uses_attention_seam(doc.points))
+    loaded = engines.engine_class(engine).load(doc.model, document=doc.path, models=models, device_map=device_map,
+                                               trust_remote_code=trust_remote_code,
+                                               attention_probs=uses_attention_probs(doc.points),
+                                               attention_seam=uses_attention_seam(doc.points))
+    if request is not None:
+        loaded.request = request
+    return loaded
 
 
 def uses_attention_seam(points) -> bool:
@@ -192,7 +205,7 @@ def check_run_options(batch_size: Optional[int], at_once: int) -> None:
 def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, out=None,
         batch_size: Optional[int] = None, models=None, data=None, device_map: str = "cpu",
         trust_remote_code: bool = False, share: bool = True, cache=None, at_once: int = 1,
-        reads=None, plugins=None) -> Run:
+        reads=None, plugins=None, request: Optional[str] = None) -> Run:
     """Run every point of the document and return them as a ``Run``.
 
     ``loaded``: an engine from ``load`` (its model reused; ``engine`` is then its name).
@@ -211,7 +224,9 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     positions, then its width. Nothing on disk changes (a step's ``outputs`` and ``saves`` put a
     read in a file); a name no pass reads is refused before the load.
     ``plugins``: extension modules (dotted names or modules) to load first, beside the installed
-    ones (``causalab_mini.extensions``); a document using their kinds names them."""
+    ones (``causalab_mini.extensions``); a document using their kinds names them.
+    ``request``: for ``engine="ndif"``, what its request carries (``load``'s); a loaded shell's is its own
+    (``shell.request``)."""
     from .outputs.write import check_out
     from .running.assemble import document_run
     from .running.execution import Execution
@@ -238,7 +253,7 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     if loaded is None:
         with clock.measure("load"):
             loaded = load(doc, engine=engine, models=models, device_map=device_map,
-                          trust_remote_code=trust_remote_code)
+                          trust_remote_code=trust_remote_code, request=request)
     execution = Execution(loaded, [(doc, None)], options, clock=clock)
     if out is not None:
         _check_targets(out, execution)

@@ -167,7 +167,7 @@ def _cmd_run(args) -> int:
             ran = api.run(args.document, engine=args.engine, out=args.out, batch_size=args.batch_size,
                           models=args.models, data=args.data, device_map=args.device_map,
                           trust_remote_code=args.trust_remote_code, share=not args.no_share,
-                          cache=args.cache, at_once=args.at_once)
+                          cache=args.cache, at_once=args.at_once, request=args.ndif_request)
     except CausalabError as err:
         raise watch.refusal(err, args.out) from None
     finally:
@@ -332,6 +332,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", metavar="DIR", help="a result cache folder (made if missing): points whose "
                    "results it holds for this model, engine, dtype, batch size and package are not computed "
                    "again; the files written are the same")
+    p.add_argument("--ndif-request", choices=("kernel", "package"), default=None,
+                   help="--engine ndif: what the request carries — kernel (default: the walk's forwards as data "
+                        "and a torch-only kernel, which a stock NDIF server runs) or package (the walk itself, "
+                        "for a server with this causalab-mini and nnterp installed; a fit needs it)")
     _paths_options(p)
     p.set_defaults(func=_cmd_run)
 

@@ -7,11 +7,13 @@ second copy of the model that does hold the weights, loaded here. Only the saved
 back to the client, as from NDIF; the client's shell still holds no weights.
 
 Two servers can be stood in for. By default, one that has causalab-mini and nnterp installed at
-the client's versions (the walk's code travels by reference and is imported there). With
-``stock=True``, one that has torch, transformers and nnsight and nothing of this project's — as
-a server NDIF runs does: ``causalab_mini``, ``nnterp`` and ``pytest_causalab`` are taken out of
-``sys.modules`` and refused on ``sys.meta_path`` while the request is read and run (and put back
-after), so a request that needs them is refused here by name, as it would fail there.
+the client's versions, holding the model as nnterp does: a package request (the walk by reference)
+runs there, and so does a kernel request. With ``stock=True``, one that has torch, transformers and
+nnsight and nothing of this project's — as a server NDIF runs does: it holds the checkpoint as
+transformers loads it in nnsight's plain ``LanguageModel``, and ``causalab_mini``, ``nnterp`` and
+``pytest_causalab`` are taken out of ``sys.modules`` and refused on ``sys.meta_path`` while the
+request is read and run (and put back after). A kernel request (the default) runs there; a request
+that needs the packages is refused here by name, as it would fail there.
 
 Every request's size is measured as NDIF's client and server would send it (the request as
 ``RequestModel.serialize`` writes it, the response as ``torch.save`` writes the saved values, each
@@ -45,8 +47,11 @@ def stand_in(document, *, models=None, trust_remote_code: bool = False, stock: b
     from nnsight.schema.request import RequestModel
 
     doc = api.read(document)
-    server = NNterpEngine.load(doc.model, document=doc.path, models=models, trust_remote_code=trust_remote_code,
-                               attention_probs=doc.attention_probs).model
+    if stock:
+        server = _stock_model(doc, models, trust_remote_code)
+    else:
+        server = NNterpEngine.load(doc.model, document=doc.path, models=models, trust_remote_code=trust_remote_code,
+                                   attention_probs=doc.attention_probs).model
 
     class StandIn(LocalSimulationBackend):
         records_as = "local"  # run.json's "remote": nnsight's local simulation
@@ -80,6 +85,27 @@ def stand_in(document, *, models=None, trust_remote_code: bool = False, stock: b
     backend = StandIn(server)
     backend.stock = stock
     return backend
+
+
+def _stock_model(doc, models, trust_remote_code: bool):
+    """What a stock server holds: the checkpoint as transformers loads it, in nnsight's plain
+    ``LanguageModel`` — nothing of this project's or nnterp's on its modules (eager attention where
+    the document reads the pattern, as a server asked for it would serve it)."""
+    from nnsight import LanguageModel
+
+    from .engine.complete import load_causal_lm
+    from .model import loading
+    from .model.recipe import describe_model
+
+    loading.quiet_loading()
+    described = describe_model(doc.model, document=doc.path, models=models, trust_remote_code=trust_remote_code)
+    options = dict(dtype=loading.torch_dtype(described.ref), device_map="cpu", use_safetensors=True,
+                   trust_remote_code=bool(trust_remote_code))
+    if doc.attention_probs:
+        options["attn_implementation"] = "eager"
+    model = load_causal_lm(described.resolved, options)
+    loading.freeze(model)
+    return LanguageModel(model, tokenizer=described.tokenizer)
 
 
 def _response_bytes(saves: dict, compress: bool) -> bytes:
@@ -126,8 +152,9 @@ def _stock_server(stock: bool):
             raise
         raise EngineError("ndif", f"a stock server (torch, transformers and nnsight; no "
                           f"{', '.join(NOT_ON_A_STOCK_SERVER)}) cannot run this request: {err.args[0]} — "
-                          "the walk's code travels by reference, and such a server has nothing to import "
-                          "it from", "send it to a server with causalab-mini and nnterp installed at this "
+                          "a package request names the walk's code by reference, and such a server has "
+                          "nothing to import it from", "send a kernel request (the default; --ndif-request "
+                          "kernel), or send it to a server with causalab-mini and nnterp installed at this "
                           "client's versions (NDIF's own servers have neither)") from None
     finally:
         sys.meta_path.remove(finder)

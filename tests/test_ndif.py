@@ -54,7 +54,8 @@ def reads(monkeypatch):
 
     def spy(original):
         def opened(path, *args, **kwargs):
-            seen.append(str(path))
+            if isinstance(path, (str, os.PathLike)):  # a buffer (a request's own tensors) is no file
+                seen.append(str(path))
             return original(path, *args, **kwargs)
         return opened
 
@@ -98,7 +99,7 @@ CASES = {  # name -> (document, change, run options)
     "sweep_at_once": ("layer_pos_sweep", None, {"at_once": 3}),
     "anchors": ("entity_patch", None, {}),
     "decode": ("generate_probe", None, {}),
-    "fit": ("das", lambda raw: raw["steps"]["fit"].update(epochs=1), {}),
+    "fit": ("das", lambda raw: raw["steps"]["fit"].update(epochs=1), {"request": "package"}),
     "pattern": ("patching", with_pattern, {}),
     "featurizer_file": ("das_apply", None, {}),
 }
@@ -111,6 +112,8 @@ def test_a_shell_reads_no_weight_sends_one_session_and_brings_home_the_local_num
     optimizer steps and the attention pattern all ship; the results that come home equal the
     local nnterp run's, bit for bit."""
     name, change, options = CASES[case]
+    options = dict(options)
+    request = options.pop("request", None)  # a fit goes by reference, to a server with the package
     path = V2 / f"{name}.causalab.json"
     raw = json.loads(path.read_text())
     if change is not None:
@@ -119,10 +122,12 @@ def test_a_shell_reads_no_weight_sends_one_session_and_brings_home_the_local_num
     target = server if not doc.attention_probs else cm.stand_in(doc, models=[MODELS])
     before = target.requests
     with reads(monkeypatch) as seen:
-        shell = cm.load(doc, engine="ndif", models=[MODELS])
+        shell = cm.load(doc, engine="ndif", models=[MODELS], request=request)
         assert weightless(shell)
         shell.server = target
         there = cm.run(doc, loaded=shell, data=[DATA], out=tmp_path / "there", **options)
+    # A kernel request records the kernel that ran; a package request, the server's causalab-mini.
+    assert ("request" in there.record) == (request is None) and ("server" in there.record) == (request == "package")
     # No file of the model's was read; a featurizer's own bundle is the client's to read and send.
     # (The run's own saves, opened once more by the commit's barrier to flush them, are its output.)
     out = (tmp_path / "there").resolve()
@@ -230,3 +235,19 @@ def test_the_command_line_refuses_a_local_directory_for_ndif_without_a_traceback
     assert status == 2 and "Traceback" not in err
     assert err.startswith("error: EngineError: remote: the model was loaded from a local directory")
     assert not out.exists() or not any(out.iterdir())  # nothing half-written
+
+
+def test_the_command_line_says_what_a_request_carries(tmp_path, capsys):
+    """A fit is refused for the default (kernel) request at its step, with the flag that sends the walk
+    itself; with that flag the document compiles and goes on to the next check (a local directory)."""
+    from causalab_mini import cli
+
+    args = ["run", str(V2 / "das.causalab.json"), "--engine", "ndif", "--out", str(tmp_path / "out"),
+            "--models", str(MODELS), "--data", str(DATA)]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: CompileError: steps.fit: a fit trains through the model")
+    assert "--ndif-request package" in err and "Traceback" not in err
+    assert cli.main([*args, "--ndif-request", "package"]) == 2
+    assert capsys.readouterr().err.startswith("error: EngineError: remote: the model was loaded from a local directory")
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -3,13 +3,15 @@
 The stand-in (``cm.stand_in``) measures each request as NDIF's client sends it and each response as
 the server sends it back; the bytes it reports are the bytes themselves (read back here: the
 request deserializes as nnsight's ``RequestModel``, the response loads with ``torch.load`` into the
-results the run filled in). ``stock=True`` stands in for a server with torch, transformers and
-nnsight only: the walk's code travels by reference today, so such a server cannot run a request,
-and the stand-in refuses it by name — leaving every module of the client's as it was.
+values the run's replay filled in). ``stock=True`` stands in for a server with torch, transformers and
+nnsight only: a kernel request (the default) runs there and names nothing of this project's; a
+package request (the walk by reference) cannot, and the stand-in refuses it by name — leaving every
+module of the client's as it was. A package request checks the server's causalab-mini first.
 """
 from __future__ import annotations
 
 import io
+import pickletools
 import sys
 
 import pytest
@@ -24,12 +26,23 @@ DOC = V2 / "patching.causalab.json"
 
 
 @pytest.fixture(scope="module")
-def sent():
-    """patching.causalab.json run on an ndif shell sent to a stand-in: (run, the stand-in)."""
-    server = cm.stand_in(DOC, models=[MODELS])
-    shell = cm.load(DOC, engine="ndif", models=[MODELS])
+def server():
+    """A stand-in with the packages installed (the walk by reference can run there)."""
+    return cm.stand_in(DOC, models=[MODELS])
+
+
+@pytest.fixture(scope="module")
+def sent(server):
+    """patching.causalab.json run on an ndif shell sent to a stand-in, the walk by reference: (run, the stand-in)."""
+    shell = cm.load(DOC, engine="ndif", models=[MODELS], request="package")
     shell.server = server
     return cm.run(DOC, loaded=shell, data=[DATA]), server
+
+
+@pytest.fixture(scope="module")
+def stock():
+    """A stand-in for a stock server: torch, transformers and nnsight only."""
+    return cm.stand_in(DOC, models=[MODELS], stock=True)
 
 
 def test_the_bytes_reported_are_the_request_and_the_response(sent):
@@ -54,10 +67,9 @@ def test_the_bytes_reported_are_the_request_and_the_response(sent):
     assert b"StandIn" not in payload
 
 
-def test_a_stock_server_refuses_the_request_by_name_and_the_client_is_untouched(sent):
-    server = cm.stand_in(DOC, models=[MODELS], stock=True)
-    shell = cm.load(DOC, engine="ndif", models=[MODELS])
-    shell.server = server
+def test_a_stock_server_refuses_a_package_request_by_name_and_the_client_is_untouched(sent, stock):
+    shell = cm.load(DOC, engine="ndif", models=[MODELS], request="package")
+    shell.server = stock
     before = {n for n in sys.modules if n.split(".")[0] in ("causalab_mini", "nnterp")}
     with pytest.raises(EngineError) as refused:
         cm.run(DOC, loaded=shell, data=[DATA])
@@ -83,7 +95,7 @@ def test_a_server_whose_causalab_mini_differs_is_refused_before_the_walk(sent, m
     calls = []
     hook = server.model._model.register_forward_pre_hook(lambda *a: calls.append(1))
     try:
-        shell = cm.load(DOC, engine="ndif", models=[MODELS])
+        shell = cm.load(DOC, engine="ndif", models=[MODELS], request="package")
         shell.server = server
         cm.run(DOC, loaded=shell, data=[DATA])
         matching = len(calls)
@@ -96,3 +108,75 @@ def test_a_server_whose_causalab_mini_differs_is_refused_before_the_walk(sent, m
     assert refused.value.path == "server" and "000000000000" in refused.value.problem
     assert "install the client's causalab-mini" in refused.value.fix
     assert matching > 0 and len(calls) == matching  # the server's model ran for the match, not for the skew
+
+
+def test_a_kernel_request_runs_on_a_stock_server_and_carries_nothing_of_the_package(stock):
+    """The default request: the kernel's source and a program of plain data. It runs where nothing of
+    causalab-mini or nnterp can be imported, equals the local run, and what came home is what the
+    replay filled in."""
+    shell = cm.load(DOC, engine="ndif", models=[MODELS])
+    shell.server = stock
+    before = stock.requests
+    there = cm.run(DOC, loaded=shell, data=[DATA])
+    here = cm.run(DOC, engine="nnterp", models=[MODELS], data=[DATA])
+    assert stock.requests == before + 1
+    for metric in ("iia", "logit_diff"):
+        assert torch.equal(there.plan.steps["score"].results[metric], here.plan.steps["score"].results[metric])
+    payload, response = (zstandard.ZstdDecompressor().decompress(b) if stock.wire["compressed"] else b
+                         for b in stock.exchanged)
+    # Nothing is imported by reference from this project or nnterp (a module's name may appear as text:
+    # the body's own ``__module__``); the kernel travels as its source.
+    imported = _imported(payload)
+    assert imported and not [m for m in imported if m.split(".")[0] in ("causalab_mini", "nnterp", "causalab_kernel")]
+    assert b"def apply_groups(model, fw, store, feats, step)" in payload
+    assert there.record["request"]["kind"] == "kernel" and "server" not in there.record
+    assert there.record["wire"] == stock.wire
+    home = torch.load(io.BytesIO(response), map_location="cpu", weights_only=False)
+    (saved,) = [v for v in home.values() if isinstance(v, dict) and "served_dtype" in v]
+    assert saved["served_dtype"] == there.record["served_dtype"] == "torch.float32"
+    # What came home: the patched pass's logits, at the last position, for every row — the client scores.
+    (key,) = [k for k in saved if k != "served_dtype"]
+    logits = saved[key]
+    ids = there.plan.steps["score"].metrics[0].token_ids
+    rows = len(there.plan.steps["score"].example_ids)
+    assert logits.shape[0] == rows and logits.shape[-1] == shell.tokenizer.vocab_size or logits.shape[-1] > max(ids[0])
+
+
+def _imported(payload: bytes) -> set:
+    """The modules a pickle imports by reference: its GLOBAL opcodes, and its STACK_GLOBAL ones with
+    the two strings before them (memoized strings followed through the memo)."""
+    found, pushed, memo = set(), [], {}
+    for op, arg, _ in pickletools.genops(payload):
+        if op.name == "GLOBAL":
+            found.add(arg.split(" ")[0])
+        elif op.name == "STACK_GLOBAL":
+            found.add(pushed[-2])
+        elif op.name == "MEMOIZE":
+            memo[len(memo)] = pushed[-1] if pushed else None
+        elif op.name in ("BINPUT", "LONG_BINPUT", "PUT"):
+            memo[arg] = pushed[-1] if pushed else None
+        elif op.name in ("BINGET", "LONG_BINGET", "GET"):
+            pushed.append(memo.get(arg))
+        elif isinstance(arg, str):
+            pushed.append(arg)
+        else:
+            pushed.append(None)
+    return {m for m in found if m}
+
+
+def test_what_a_stock_server_cannot_run_is_refused_at_compile_time_by_name():
+    """A fit trains through the model in the walk: refused for a kernel request at its step, with how
+    to run it; the same document compiles for a package request."""
+    das = V2 / "das.causalab.json"
+    shell = cm.load(das, engine="ndif", models=[MODELS])
+    with pytest.raises(cm.CompileError) as refused:
+        cm.compile(das, loaded=shell, data=[DATA])
+    assert refused.value.path == "steps.fit" and "--ndif-request package" in refused.value.fix
+    with pytest.raises(cm.CompileError):
+        cm.compile(das, engine="ndif", models=[MODELS], data=[DATA])  # weightless: a kernel request
+    shell.request = "package"
+    cm.compile(das, loaded=shell, data=[DATA])
+    with pytest.raises(EngineError, match="not one of kernel, package"):
+        cm.load(DOC, engine="ndif", models=[MODELS], request="walk")
+    with pytest.raises(EngineError, match="for a remote engine"):
+        cm.load(DOC, engine="hooks", models=[MODELS], request="kernel")

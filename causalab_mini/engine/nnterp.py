@@ -61,6 +61,7 @@ from ..components import INPUT, PATTERNS
 from ..errors import CausalabError, CompileError, EngineError, ModelError, Unsupported
 from ..plan import plan as plan_module
 from ..model import loading
+from .. import kernel
 from . import attention, provenance, steps, taps
 from . import standardize, unwrap
 from .complete import load_causal_lm
@@ -74,57 +75,17 @@ QKV_ARGUMENT = {"attention_query": 1, "attention_key": 2, "attention_value": 3} 
 
 
 # --- where a value is, and how the activation sits in it ---------------------
-
-def _first(value):
-    return value[0] if isinstance(value, tuple) else value
-
-
-def _put_first(value, new):
-    return (new, *value[1:]) if isinstance(value, tuple) else new
-
-
-def _itself(value):
-    return value
+# How the (rows, seq, width) activation sits in what nnsight hands over, by kind — the kernel's
+# ``get_value``/``put_value`` (kernel.py), which a stock server runs for a remote tap:
+FIRST = ("first",)  # a module output, element 0 of a tuple
+ITSELF = ("itself",)  # a module input
+LOGITS = ("logits",)  # the model's output ``.logits``
+PATTERN = ("pattern",)  # (rows, heads, queries, keys) seen as (rows, queries, heads·keys), heads-major
 
 
-def _replaced(value, new):
-    return new
-
-
-def _logits(output):
-    return output.logits
-
-
-def _put_logits(output, new):
-    output["logits"] = new  # a ModelOutput: item assignment sets the attribute too
-    return output
-
-
-def _pattern(probs):
-    """(rows, heads, queries, keys) seen as (rows, queries, heads·keys): head h is columns h·keys …"""
-    rows, heads, queries, keys = probs.shape
-    return probs.transpose(1, 2).reshape(rows, queries, heads * keys)
-
-
-def _put_pattern(probs, new):
-    rows, heads, queries, keys = probs.shape
-    return new.reshape(rows, queries, heads, keys).transpose(1, 2)
-
-
-def _heads(index: int) -> tuple[Callable, Callable]:
-    """get/put for one (rows, heads, seq, head_dim) argument of a call, seen as (rows, seq, heads·head_dim)."""
-    def get(inputs):
-        x = inputs[0][index]
-        rows, heads, seq, dim = x.shape
-        return x.transpose(1, 2).reshape(rows, seq, heads * dim)
-
-    def put(inputs, new):
-        args, kwargs = inputs
-        rows, heads, seq, dim = args[index].shape
-        args = (*args[:index], new.reshape(rows, seq, heads, dim).transpose(1, 2), *args[index + 1:])
-        return args, kwargs
-
-    return get, put
+def _heads(index: int) -> tuple:
+    """One (rows, heads, seq, head_dim) argument of a call, seen as (rows, seq, heads·head_dim)."""
+    return ("heads", index)
 
 
 @dataclass(frozen=True)
@@ -134,8 +95,7 @@ class _Point:
     key: tuple  # taps with one key share one fetch
     envoy: Any  # an Envoy, or an OperationEnvoy of a module's .source
     attr: str  # "output", "input" or "inputs"
-    get: Callable  # value -> the activation (rows, seq, width)
-    put: Callable  # (value, activation) -> value
+    kind: tuple  # how the activation sits in the value (FIRST, ITSELF, LOGITS, PATTERN, _heads(i))
     # envoy -> the envoy to fetch from, for an operation nested inside another's .source,
     # which nnsight resolves only inside a trace (attention_probs) ...
     inner: Optional[Callable] = None
@@ -143,6 +103,14 @@ class _Point:
     # inputs (q/k/v), before whose fetch this one's target must be reached.
     within: Optional[tuple] = None
     flat: bool = False  # the module sees (rows·seq, width) (OPT's fc1/fc2): taps.run_flat_tap
+
+    def get(self, value):
+        """The activation (rows, seq, width) in the value handed over."""
+        return kernel.get_value(self.kind, value)
+
+    def put(self, value, new):
+        """The value with its activation replaced by ``new``."""
+        return kernel.put_value(self.kind, value, new)
 
     def target(self):
         """The envoy whose ``attr`` is read and written back; only inside a trace, in forward order."""
@@ -399,17 +367,17 @@ class NNterpEngine(AnswersFromFacts):
         found = self._found(component, layer, path)
         if component in QKV_ARGUMENT:
             call = getattr(self._envoy(found.path).source, self._call(found.path, layer, path))
-            return _Point(("attention_call", layer), call, "inputs", *_heads(QKV_ARGUMENT[component]))
+            return _Point(("attention_call", layer), call, "inputs", _heads(QKV_ARGUMENT[component]))
         if component == "attention_probs":
             # nnterp's own route to the pattern (checked by nnterp at load): an operation inside
             # the attention function's source, which nnsight resolves only inside a trace.
-            return _Point(key, self._envoy(found.path), "output", _pattern, _put_pattern,
+            return _Point(key, self._envoy(found.path), "output", PATTERN,
                           inner=model.attention_probabilities.source_attr, within=("attention_call", layer))
         if found.path == standardize.ROOT:
-            return _Point(key, model, "output", _logits, _put_logits)
+            return _Point(key, model, "output", LOGITS)
         if found.io == INPUT:
-            return _Point(key, self._envoy(found.path), "input", _itself, _replaced, flat=found.flat)
-        return _Point(key, self._envoy(found.path), "output", _first, _put_first, flat=found.flat)
+            return _Point(key, self._envoy(found.path), "input", ITSELF, flat=found.flat)
+        return _Point(key, self._envoy(found.path), "output", FIRST, flat=found.flat)
 
     def _reached(self, tap_list) -> set[str]:
         """The module paths a forward's taps hand values over at ("" is the model), and the final

@@ -12,6 +12,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from .. import kernel
 from ..ops import intervene
 from ..ops.featurizers import IDENTITY
 from ..plan.plan import Forward, Tap
@@ -27,30 +28,14 @@ def operand_value(op, values: dict):
     return values[op.value]
 
 
-def conform(operand, x: Tensor):
-    """An operand read in the other layout than the write's, laid out as the write's positions.
-
-    A rectangular read ``(rows, w, ·)`` feeding a ragged write ``(total, ·)``, or the
-    reverse, holds the same positions in the same row order once the walk has checked
-    each row's count (``passes._check_operands``): only the leading axes differ.
-    """
-    if not isinstance(operand, Tensor) or operand.dim() < 2 or operand.shape[:-1] == x.shape[:-1]:
-        return operand
-    lead = x.shape[:-1]
-    if operand.shape[:-1].numel() != lead.numel():
-        return operand  # a published reduction (no row axis) broadcasts as it is
-    return operand.reshape(*lead, operand.shape[-1])
-
-
-def fires(op_step, step: Optional[int]) -> bool:
-    """Whether an op fires at decode step ``step`` (None: a forward that does not decode).
-
-    A prompt-frame op (``op_step`` None) fires at the prefill, step 0; ``{"index": k}`` at
-    step k; an ``all`` write and a read of a cut of the continuation (``"stack"``) at every step.
-    """
-    if step is None or op_step is None:
-        return op_step is None and not step
-    return op_step in ("all", "stack") or op_step == step
+# Shared with the kernel (kernel.py), which runs a remote tap the way ``run_tap`` runs one here:
+# ``conform(operand, x)`` lays out an operand read in the other layout than the write's (a
+# rectangular read feeding a ragged write holds the same positions in the same row order once the
+# walk has checked each row's count, ``passes._check_operands``); ``fires(op_step, step)`` says
+# whether an op fires at decode step ``step`` (a prompt-frame op at the prefill, step 0; ``k`` at
+# step k; an ``all`` write and a read of a cut of the continuation, ``stack``, at every step).
+conform = kernel.conform
+fires = kernel.fires
 
 
 def _window(op, forward: Forward, act: Tensor, step: Optional[int]):
@@ -61,8 +46,7 @@ def _window(op, forward: Forward, act: Tensor, step: Optional[int]):
     """
     if step is None or op.step is None:
         return forward.window(op.name)
-    last = act.shape[1] - 1
-    return tuple((last,) for _ in range(act.shape[0])), False
+    return kernel.last_window(act), False
 
 
 def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: dict,
@@ -109,14 +93,10 @@ def run_tap(act: Tensor, tap: Tap, forward: Forward, values: dict, featurizers: 
     return act
 
 
-def _rows(act: Tensor, rows: Optional[tuple[int, int]]) -> Tensor:
-    """The batch rows an op acts on: all of them, or its own point's when points run at once."""
-    return act if rows is None else act[rows[0]:rows[1]]
-
-
-def _put_rows(act: Tensor, rows: tuple[int, int], part: Tensor) -> Tensor:
-    """``act`` with rows [a, b) replaced by ``part`` (a new tensor: the others are untouched)."""
-    return torch.cat([act[:rows[0]], part, act[rows[1]:]], dim=0)
+# The batch rows an op acts on (all of them, or its own point's when points run at once), and
+# ``act`` with rows [a, b) replaced by ``part`` (a new tensor: the others are untouched).
+_rows = kernel.rows_of
+_put_rows = kernel.put_rows
 
 
 def run_flat_tap(act: Tensor, rows: int, *args) -> Tensor:

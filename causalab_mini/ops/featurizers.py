@@ -26,6 +26,8 @@ from typing import Optional, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
+from .. import kernel
+
 
 @runtime_checkable
 class Featurizer(Protocol):
@@ -62,22 +64,10 @@ class Identity:
 IDENTITY = Identity()
 
 
-def _index(features: tuple[int, ...], f: Tensor) -> Tensor:
-    return torch.as_tensor(features, dtype=torch.long, device=f.device)
-
-
-def select_features(f: Tensor, features: tuple[int, ...]) -> Tensor:
-    """The coordinates ``features`` of the last axis of ``f``, in that order."""
-    return f.index_select(f.dim() - 1, _index(features, f))
-
-
-def merge_features(f: Tensor, sub: Tensor, features: tuple[int, ...]) -> Tensor:
-    """``f`` with its coordinates ``features`` replaced by ``sub``; ``f`` itself is untouched.
-
-    Out of place (``index_copy``), so gradients reach both ``sub`` and the
-    coordinates of ``f`` that pass through.
-    """
-    return f.index_copy(f.dim() - 1, _index(features, f), sub.to(f.dtype))
+# The maps below are the kernel's functions (kernel.py): what a stock server computes for a remote
+# write is what these classes compute here.
+select_features = kernel.select_features  # the coordinates ``features`` of f's last axis, in that order
+merge_features = kernel.merge_features  # f with those coordinates replaced by ``sub``, out of place
 
 
 # --------------------------------------------------------------------------- declarable kinds
@@ -89,35 +79,8 @@ def merge_features(f: Tensor, sub: Tensor, features: tuple[int, ...]) -> Tensor:
 # throws away) is therefore never rounded into the write.
 
 
-def _on(t: Tensor, like: Tensor) -> Tensor:
-    return t if t.device == like.device else t.to(like.device)
-
-
-def cayley(weight: Tensor) -> Tensor:
-    """Q = (I − A)⁻¹ (I + A) E with A = W Eᵀ − E Wᵀ: a (d, k) orthonormal basis for every W.
-
-    A has rank 2k (A = U Vᵀ with U = [W, −E], V = [E, W]), so the inverse is taken
-    by Woodbury — (I − U Vᵀ)⁻¹ = I + U (I − Vᵀ U)⁻¹ Vᵀ — and the only system solved
-    is 2k × 2k: O(d·k²) per access instead of a d × d solve. E (the first k columns
-    of the identity) is never built: against it every product is a slice.
-    """
-    # In float64: the small solve's conditioning grows with W's norm, and a long fit that
-    # grows W would otherwise drift off orthonormality (|QᵀQ − I| ~ 1e-3 at column norm 100
-    # in float32; ~1e-12 here). The cost is O(d·k²) either way.
-    dtype = weight.dtype
-    weight = weight.to(torch.float64)
-    d, k = weight.shape
-    eye = torch.eye(k, dtype=weight.dtype, device=weight.device)
-    top = weight[:k]  # Eᵀ W
-    # (I + A) E = E + W − E (W[:k])ᵀ
-    b = torch.cat([top + eye - top.T, weight[k:]], dim=0)
-    # I − Vᵀ U, with Vᵀ U = [[W[:k], −I], [Wᵀ W, −W[:k]ᵀ]]
-    inner = torch.cat([torch.cat([eye - top, eye], dim=1),
-                       torch.cat([-(weight.T @ weight), eye + top.T], dim=1)], dim=0)
-    rhs = torch.cat([b[:k], weight.T @ b], dim=0)  # Vᵀ b
-    s = torch.linalg.solve(inner, rhs)
-    q = b + weight @ s[:k]  # + U s = W s₁ − E s₂
-    return torch.cat([q[:k] - s[k:], q[k:]], dim=0).to(dtype)
+_on = kernel.on
+cayley = kernel.cayley  # Q = (I − A)⁻¹ (I + A) E, A = W Eᵀ − E Wᵀ, by Woodbury (its docstring says how)
 
 
 def cayley_direct(weight: Tensor) -> Tensor:
@@ -133,15 +96,10 @@ class _Basis:
     """featurize(x) = (x Q, x − x Q Qᵀ); inverse adds (f′ − f) Qᵀ to x."""
 
     def featurize(self, x: Tensor) -> tuple[Tensor, Tensor]:
-        q = _on(self.basis(), x)
-        f = x @ q
-        return f, x - f @ q.T
+        return kernel.basis_featurize(self.basis(), x)
 
     def inverse(self, f: Tensor, err: Optional[Tensor], x: Tensor) -> Tensor:
-        q = _on(self.basis(), x)
-        delta = (f - x @ q) @ q.T
-        # Where nothing changed, x itself — not x + 0.0, which would turn a −0.0 into +0.0.
-        return torch.where(delta == 0, x, x + delta)
+        return kernel.basis_inverse(self.basis(), f, x)
 
 
 class Subspace(_Basis):
@@ -212,20 +170,17 @@ class Dictionary:
         self.training = False
 
     def encode(self, x: Tensor) -> Tensor:
-        pre = (x - _on(self.b_dec, x)) @ _on(self.w_enc, x) + _on(self.b_enc, x)
-        return torch.relu(pre) if self.kind == "sae" else pre
+        return kernel.dictionary_encode(self.kind, self.w_enc, self.b_enc, self.b_dec, x)
 
     def decode(self, f: Tensor) -> Tensor:
-        return f @ _on(self.w_dec, f) + _on(self.b_dec, f)
+        return kernel.dictionary_decode(self.w_dec, self.b_dec, f)
 
     def featurize(self, x: Tensor) -> tuple[Tensor, Tensor]:
         f = self.encode(x)
         return f, x - self.decode(f)
 
     def inverse(self, f: Tensor, err: Optional[Tensor], x: Tensor) -> Tensor:
-        delta = self.decode(f) - self.decode(self.encode(x))
-        # Where nothing changed, x itself — not x + 0.0, which would turn a −0.0 into +0.0.
-        return torch.where(delta == 0, x, x + delta)
+        return kernel.dictionary_inverse(self.decode(f), self.decode(self.encode(x)), x)
 
     def parameters(self) -> list[Tensor]:
         return []
@@ -270,7 +225,7 @@ class Gate:
         if self.training:
             m = _on(self.soft_mask(), x)
             return m * f + (1 - m) * x
-        return torch.where(_on(self.theta > 0, x), f, x)
+        return kernel.hard_gate(self.theta, f, x)
 
     def parameters(self) -> list[Tensor]:
         return [self.theta]

@@ -22,7 +22,7 @@ from typing import Iterator, Optional, Union
 import torch
 from torch import Tensor
 
-from .. import vocab
+from .. import kernel, vocab
 from ..errors import EngineError
 from . import featurizers as _feat
 from .featurizers import Featurizer, Identity  # noqa: F401  (re-exported for callers)
@@ -79,29 +79,15 @@ def _index(act: Tensor, window: Window, ragged: bool, features: Optional[tuple[i
         bad = [c for c in features if not 0 <= c < width]
         if bad:
             raise EngineError(path, f"feature indices {bad} are outside the width {width}", _SEE_PLAN)
-    device = act.device
-
-    if ragged:
-        row_idx = torch.tensor([r for r, ps in enumerate(window) for _ in ps], dtype=torch.long, device=device)
-        pos_idx = torch.tensor([p for ps in window for p in ps], dtype=torch.long, device=device)
-        lead: tuple[int, ...] = (len(pos_idx),)
-        if features is None:
-            return (row_idx, pos_idx), lead + (width,)
-        cols = torch.tensor(features, dtype=torch.long, device=device)
-        return (row_idx[:, None], pos_idx[:, None], cols[None, :]), lead + (len(features),)
-
-    widths = {len(ps) for ps in window}
-    if len(widths) > 1:
-        raise EngineError(path, f"ragged=False but the rows' windows have widths {sorted(widths)}",
-                          "a pass whose rows can differ in width is gathered with ragged=True")
-    w = widths.pop() if widths else 0
-    row_idx = torch.arange(rows, dtype=torch.long, device=device)[:, None]  # (rows, 1)
-    pos_idx = torch.tensor([list(ps) for ps in window], dtype=torch.long, device=device).reshape(rows, w)
-    lead = (rows, w)
-    if features is None:
-        return (row_idx, pos_idx), lead + (width,)
-    cols = torch.tensor(features, dtype=torch.long, device=device)
-    return (row_idx[:, :, None], pos_idx[:, :, None], cols[None, None, :]), lead + (len(features),)
+    if not ragged:
+        widths = {len(ps) for ps in window}
+        if len(widths) > 1:
+            raise EngineError(path, f"ragged=False but the rows' windows have widths {sorted(widths)}",
+                              "a pass whose rows can differ in width is gathered with ragged=True")
+    # The indexing itself is the kernel's (kernel.py), which a stock server runs for a remote tap.
+    idx = kernel.index_for(act, window, ragged, features)
+    lead = (sum(len(ps) for ps in window),) if ragged else (rows, len(window[0]) if window else 0)
+    return idx, lead + ((width,) if features is None else (len(features),))
 
 
 def gather(act: Tensor, window: Window, *, ragged: bool, features: Optional[tuple[int, ...]] = None,
@@ -241,26 +227,22 @@ def apply_write(x: Tensor, *, featurizer: Featurizer, mechanism: str, params: Op
     select = getattr(featurizer, "select_features", _feat.select_features)
     merge = getattr(featurizer, "merge_features", _feat.merge_features)
 
-    with exact():
-        x32 = x.to(torch.float32)
-        f, err = featurizer.featurize(x32)
+    def operand_against(f: Tensor) -> Optional[Tensor]:
+        # Once f's width is known: the features checked against it, then the operand laid out.
         if features is not None:
             bad = [c for c in features if not 0 <= c < f.shape[-1]]
             if bad or len(set(features)) != len(features):
                 raise EngineError(path, f"features {features} are not distinct indices into a feature space "
                                         f"{f.shape[-1]} wide", _SEE_PLAN)
-        op = _operand(operand, f, features, path)
-        f0_f = None
-        if spec.needs_f0:
-            f0_f, _ = featurizer.featurize(f0.to(device=x.device, dtype=torch.float32))
-        do = REGISTRY[mechanism] if spec.apply is None else _held(spec, path)
-        if features is None:
-            new = do(f, op, params, f0_f)
-        else:
-            # The mechanism sees only the selected coordinates; the rest of f passes through.
-            sub0 = None if f0_f is None else select(f0_f, features)
-            new = merge(f, do(select(f, features), op, params, sub0), features)
-        out = featurizer.inverse(new, err, x32)
+        return _operand(operand, f, features, path)
+
+    do = REGISTRY[mechanism] if spec.apply is None else _held(spec, path)
+    with exact():
+        # The seam's order of operations is the kernel's (kernel.write): the mechanism sees only
+        # the selected coordinates, and the rest of f passes through.
+        f0_32 = f0.to(device=x.device, dtype=torch.float32) if spec.needs_f0 else None
+        out = kernel.write(x.to(torch.float32), featurizer.featurize, featurizer.inverse, do, operand_against,
+                           params, f0_32, features, select, merge)
     if out.shape != x.shape:
         raise EngineError(path, f"the featurizer's inverse returned shape {tuple(out.shape)} for x of "
                                 f"shape {tuple(x.shape)}", _SEE_PLAN)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from .. import kernel
+
 
 def _vectors(value: Tensor) -> Tensor:
     if value.dim() == 0:
@@ -19,10 +21,11 @@ def _vectors(value: Tensor) -> Tensor:
 
 def mean(value: Tensor) -> Tensor:
     """The mean of every vector in ``value`` (any leading shape): ``(d,)``."""
-    x = _vectors(value)
-    if x.shape[0] == 0:
+    if _vectors(value).shape[0] == 0:
         raise ValueError("the mean of no vectors is undefined: the read produced none")
-    return x.to(torch.float32).mean(dim=0)
+    # The kernel's (kernel.py): a mean published from a read of a request to a stock server is
+    # taken there by the same function.
+    return kernel.vectors_mean(value)
 
 
 def pca(value: Tensor, k: int) -> Tensor:

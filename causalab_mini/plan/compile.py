@@ -35,6 +35,8 @@ def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, dat
     (``share.py``); False compiles every point to run its own."""
     from .. import data as data_mod
     from ..document.read import points
+    from ..engines import remote_names
+    from . import stock
     from .build import Context, build
 
     if valid is None:
@@ -47,4 +49,7 @@ def compile_plan(raw: dict, *, document: Optional[Path] = None, models=None, dat
     ctx = Context(facts=facts, data_roots=data_mod.data_roots(data, document),
                   document_dir=(Path(document).resolve().parent if document else Path.cwd()),
                   engine=engine, share=share)
-    return build(raw, valid, ctx)
+    plan = build(raw, valid, ctx)
+    if engine in remote_names() and getattr(facts, "request", "kernel") == "kernel":
+        stock.refusals(plan)  # what a request a stock server runs cannot carry (plan/stock.py)
+    return plan

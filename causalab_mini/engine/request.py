@@ -1,0 +1,431 @@
+"""A request a stock NDIF server runs: the walk stays on the client, the kernel goes to the weights.
+
+NDIF's servers have torch, transformers and nnsight — not causalab-mini, not nnterp — so a request
+that names this package's code by reference cannot run there, and shipping the package by value
+does not survive nnsight 0.7.0's serializer (dataclasses under postponed annotations, context
+managers, ``lru_cache``, ``dataclasses.MISSING``: measured, each breaks or silently changes). What
+does survive is a module of plain functions over plain data: ``kernel.py``, shipped by value under a
+name no server has, with the walk's model work compiled into a program of plain data.
+
+How a run goes (``send``):
+
+1. **record** — the package's own walk (``steps.run``) runs on a copy of the plan with an engine
+   whose ``forward`` compiles each forward into a kernel instruction (every window resolved here,
+   against the client's tokenizer, as in any run) and hands the walk placeholders of the reads'
+   shapes. A placeholder knows where its value is on the server: rows sliced, reads concatenated
+   and a published mean stay server-side expressions, so a later write's operand is named by what
+   the server holds; any other use of a placeholder is the client's, and the read it came from is
+   brought home.
+2. **send** — one session whose body is ``home = run(model, program)``, opened on nnsight's plain
+   ``LanguageModel`` over the shell's meta module (no nnterp object on the wire).
+3. **replay** — the walk again on the real plan, each forward's reads filled from what came home:
+   positions, metrics, outputs and continuations are the package's own code, run here.
+
+Refused at compile time (``plan/stock.py``) is what the kernel cannot do: a fit (it trains through the
+model step after step in the walk), an extension's mechanism or featurizer kind (their code is not
+the kernel's). A run whose later forward depends on a value only the server saw (a continuation's
+tokens placing a later position) is refused at the replay, before anything is written.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import importlib.util
+import inspect
+import linecache
+import sys
+from typing import Optional
+
+import torch
+
+from .. import kernel, vocab
+from ..errors import EngineError
+from ..ops import featurizers as featurizer_kinds
+from ..plan.plan import Observe, Plan
+from . import standardize, steps, taps
+
+# The name the shipped copy of kernel.py has: a module no server can import, so nnsight's pickler
+# sends its functions by value (their source) and the server rebuilds them from that.
+SHIPPED = "causalab_kernel"
+
+
+def shipped_kernel():
+    """kernel.py as a module only this process has, registered so that nnsight pickles it by value."""
+    import cloudpickle
+
+    found = sys.modules.get(SHIPPED)
+    if found is not None:
+        return found
+    source = inspect.getsource(kernel)
+    # A file name no server has: the serializer reads the functions' source through linecache.
+    filename = f"/{SHIPPED}/{hashlib.sha256(source.encode()).hexdigest()[:16]}/kernel.py"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    module = importlib.util.module_from_spec(importlib.util.spec_from_loader(SHIPPED, loader=None, origin=filename))
+    module.__file__ = filename
+    exec(compile(source, filename, "exec"), module.__dict__)
+    sys.modules[SHIPPED] = module
+    cloudpickle.register_pickle_by_value(module)
+    return module
+
+
+def kernel_digest() -> str:
+    """sha256 of the kernel's source: what ran on the server, for the run's record."""
+    return hashlib.sha256(inspect.getsource(kernel).encode()).hexdigest()
+
+
+# --- placeholders: the walk's view of values held on the server ------------------------------------------
+
+_RECORDING: list = []  # the recorder while its walk runs (placeholders report their uses to it)
+_METADATA = {"shape", "size", "dim", "numel", "dtype", "device", "__len__", "ndim", "element_size", "stride",
+             "requires_grad", "is_floating_point", "layout", "is_sparse", "__repr__", "__format__"}
+_DERIVED = set(kernel.DERIVING)  # tensor methods whose result the server derives (kernel.evaluate)
+
+
+class Placeholder(torch.Tensor):
+    """A value the walk sees while recording: random numbers of the value's shape, carrying where the
+    value is on the server (``expr``, ``kernel.evaluate``'s form). Row slices, concatenations along
+    rows, reshapes, casts and means stay server-side expressions; any other use is the client's
+    (the expression's reads then come home) and gives a value computed here (``expr`` None)."""
+
+    expr: Optional[tuple]
+
+    @staticmethod
+    def of(base: torch.Tensor, expr: Optional[tuple]) -> "Placeholder":
+        made = torch.Tensor._make_subclass(Placeholder, base)
+        made.expr = expr
+        return made
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        with torch._C.DisableTorchFunctionSubclass():
+            out = func(*args, **kwargs)
+        recorder = _RECORDING[-1] if _RECORDING else None
+        name = getattr(func, "__name__", "")
+        if name == "__get__":  # a property (``.shape``, ``.T``): its getter's name
+            name = getattr(getattr(func, "__self__", None), "__name__", "")
+        if recorder is None or name in _METADATA:
+            return out
+        derived = _derived(func, name, args, kwargs)
+        if derived is not None:
+            return cls.of(out, derived)
+        for held in _placeholders(args, kwargs):
+            recorder.used(held.expr)
+        return _computed_here(out)
+
+
+def _derived(func, name: str, args: tuple, kwargs: dict) -> Optional[tuple]:
+    """The server-side expression of ``func(*args, **kwargs)``, or None when the server cannot derive it."""
+    first = args[0] if args else None
+    if func is torch.cat:
+        parts, dim = args[0], kwargs.get("dim", args[1] if len(args) > 1 else 0)
+        if dim == 0 and all(isinstance(p, Placeholder) and p.expr is not None for p in parts):
+            return ("cat", tuple(p.expr for p in parts))
+        return None
+    if not isinstance(first, Placeholder) or first.expr is None:
+        return None
+    if func is torch.Tensor.__getitem__ and isinstance(args[1], slice) and args[1].step in (None, 1):
+        a, b, _ = args[1].indices(first.shape[0])
+        return ("slice", first.expr, a, b)
+    rest = args[1:]
+    if name in _DERIVED and not any(isinstance(x, torch.Tensor) for x in (*rest, *kwargs.values())):
+        return ("call", name, first.expr, tuple(rest), tuple(sorted(kwargs.items())))
+    return None
+
+
+def _placeholders(args, kwargs):
+    stack = [*args, *kwargs.values()]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, Placeholder):
+            if x.expr is not None:
+                yield x
+        elif isinstance(x, (list, tuple)):
+            stack.extend(x)
+        elif isinstance(x, dict):
+            stack.extend(x.values())
+
+
+def _computed_here(out):
+    """A result the client computed from placeholders: marked, so it can never enter the program."""
+    if isinstance(out, torch.Tensor) and not isinstance(out, Placeholder):
+        return Placeholder.of(out, None)
+    if isinstance(out, tuple) and not hasattr(out, "_fields"):
+        return tuple(_computed_here(x) for x in out)
+    return out
+
+
+# --- record -------------------------------------------------------------------------------------------
+
+
+class Recorder:
+    """An engine for ``steps.run`` that compiles each forward into a kernel instruction."""
+
+    def __init__(self, engine, scored: frozenset = frozenset()):
+        self.engine = engine
+        self.scored = scored  # read names the client's metrics score: they come home
+        self.steps: list = []  # the program's instructions, in order
+        self.calls: list = []  # per forward: read name -> server key (what the replay fills)
+        self.prints: list = []  # per forward: what it is, for the replay to check it walks the same way
+        self.placeholders: dict = {}  # server key -> the placeholder the walk saw
+        self.home: set = set()  # server keys the client uses
+        self.featurizers: dict = {}
+        self._passes: dict = {}  # id of a pass's values -> its key prefix
+        self._alive: list = []  # those values, kept so an id is never reused while recording
+        self._derived: dict = {}  # expression -> the key the program stores it under
+        self._random = torch.Generator().manual_seed(0)
+
+    def __getattr__(self, name):  # tokenizer, answers, …: the real engine's
+        return getattr(self.engine, name)
+
+    def used(self, expr) -> None:
+        """The client's walk used this value: the reads it is made of come home."""
+        kind = expr[0]
+        if kind == "key":
+            self.home.add(expr[1])
+        elif kind in ("slice", "call"):
+            self.used(expr[1] if kind == "slice" else expr[2])
+        elif kind == "cat":
+            for part in expr[1]:
+                self.used(part)
+
+    def stored(self, expr) -> str:
+        """The server key holding ``expr``: a read's own, or a derivation added to the program."""
+        if expr[0] == "key":
+            return expr[1]
+        if expr not in self._derived:
+            key = self._derived[expr] = f"derived/{len(self._derived)}"
+            self.steps.append({"op": "derive", "key": key, "expr": expr})
+        return self._derived[expr]
+
+    def forward(self, forward, values: dict, featurizers: dict) -> None:
+        prefix = self._passes.setdefault(id(values), f"pass{len(self._passes)}")
+        if len(self._alive) < len(self._passes):
+            self._alive.append(values)
+        engine, rows = self.engine, len(forward.ids)
+        instruction = {"op": "forward", "inputs": taps.model_inputs(forward, "cpu"), "decode": forward.decode,
+                       "rows": rows, "groups": [], "stacked": []}
+        call, made = {}, set()
+        groups = engine._groups(list(forward.taps))
+        keys = {group[0][0].key for group in groups}
+        for group in groups:
+            point, address = group[0][0], group[0][1].address
+            if point.within in keys:
+                raise EngineError(address.spelling(), "the pattern read with q, k or v of the same layer in one "
+                                  "forward is reached in an order a stock server's request cannot give",
+                                  "read them in two interventions, or send the request to a server with "
+                                  "causalab-mini installed (--ndif-request package)")
+            path = engine._found(address.component, address.layer, address.spelling()).path
+            entry = {"path": "" if path == standardize.ROOT else path, "chain": _chain(engine, point, path, address),
+                     "attr": point.attr, "kind": point.kind, "flat": point.flat, "taps": []}
+            for _, tap in group:
+                entry["taps"].append(self._tap(tap, forward, values, featurizers, prefix, made, call, instruction))
+            instruction["groups"].append(entry)
+        if forward.decode:
+            key = f"{prefix}/{forward.model}.generated"
+            instruction.update(generation=taps.generation_options(forward, engine.tokenizer),
+                               tokens=forward.tokens, generated=key)
+            ids = torch.randint(0, len(engine.tokenizer), (rows, forward.decode), generator=self._random)
+            self.placeholders[key] = ids
+            values[f"{forward.model}.generated"] = ids
+            call[f"{forward.model}.generated"] = key
+            self.home.add(key)
+        self.steps.append(instruction)
+        self.calls.append(call)
+        self.prints.append(fingerprint(forward))
+
+    def _tap(self, tap, forward, values, featurizers, prefix: str, made: set, call: dict, instruction: dict) -> dict:
+        entry = {"columns": tap.address.columns, "writes": [], "reads": []}
+        for w in tap.writes:
+            window, ragged = forward.window(w.name) if w.step is None else ((), False)
+            if w.featurizer:
+                self._featurizer(w.featurizer, featurizers[w.featurizer])
+            entry["writes"].append({
+                "step": w.step, "rows": w.rows, "window": window, "ragged": ragged, "mechanism": w.mechanism,
+                "params": vocab.check_params(w.mechanism, dict(w.params)),
+                "needs_f0": vocab.MECHANISMS[w.mechanism].needs_f0, "featurizer": w.featurizer,
+                "features": w.features, "operand": self._operand(w, values, prefix, made)})
+        for r in tap.reads:
+            key = f"{prefix}/{r.name}"
+            window, ragged = forward.window(r.name) if r.step is None else ((), False)
+            if r.featurizer:
+                self._featurizer(r.featurizer, featurizers[r.featurizer])
+            entry["reads"].append({"key": key, "step": r.step, "rows": r.rows, "window": window, "ragged": ragged,
+                                   "view": r.view, "featurizer": r.featurizer,
+                                   "project": self._projection() if r.view == "logits" else None})
+            if r.step == "stack":  # a read of a cut of a continuation, stacked step by step there
+                instruction["stacked"].append(key)
+            if r.name in self.scored:
+                self.home.add(key)
+            value = torch.randn(_read_shape(r, forward, window, ragged), generator=self._random)
+            self.placeholders[key] = value
+            values[r.name] = Placeholder.of(value, ("key", key))
+            made.add(r.name)
+            call[r.name] = key
+        return entry
+
+    def _operand(self, w, values: dict, prefix: str, made: set) -> Optional[dict]:
+        if w.operand is None:
+            return None
+        if w.operand.kind == "number":
+            return {"number": float(w.operand.value)}
+        name = w.operand.value
+        if name in made:  # a read of this same forward, held under this pass's prefix
+            return {"key": f"{prefix}/{name}"}
+        value = values.get(name)
+        if isinstance(value, Placeholder) and value.expr is not None:
+            return {"key": self.stored(value.expr)}
+        raise EngineError(w.name, f"its operand {name!r} is computed in this process from values of the same "
+                          "request, which a stock server does not have", "publish it from a read as a mean, "
+                          "or save it and give it to a second document, or send the request to a server with "
+                          "causalab-mini installed (--ndif-request package)")
+
+    def _featurizer(self, name: str, made) -> None:
+        if name not in self.featurizers:
+            self.featurizers[name] = featurizer_data(name, made)
+
+    def _projection(self) -> dict:
+        engine = self.engine
+        transform = engine._facts.transform
+        return {"norm": engine._found("ln_final", None, "view").path, "head": engine._found("lm_head", None, "view").path,
+                "multiply": transform.multiply, "divide": transform.divide, "softcap": transform.softcap}
+
+    def program(self) -> dict:
+        return {"steps": self.steps, "featurizers": self.featurizers, "home": sorted(self.home)}
+
+
+class _Names:
+    """Records the attribute names a function reads off it: nnterp's route to the pattern
+    (``source_attr``) applied to no envoy, as the chain the kernel follows on the server's."""
+
+    def __init__(self, names: tuple = ()):
+        self.names = names
+
+    def __getattr__(self, name: str) -> "_Names":
+        return _Names(self.names + (name,))
+
+
+def _chain(engine, point, path: str, address) -> list:
+    """The attribute names from the module's envoy to the value's: an operation inside its forward."""
+    if point.inner is not None:  # the pattern, inside the attention function's source
+        return list(point.inner(_Names()).names)
+    if point.kind[0] == "heads":  # q, k, v: the arguments of the attention function's call
+        return ["source", engine._call(path, address.layer, address.spelling())]
+    return []
+
+
+def _read_shape(read, forward, window, ragged: bool) -> tuple:
+    """The shape a read's value has (what ``taps.run_tap`` stores): its placeholder's."""
+    rows = (read.rows[1] - read.rows[0]) if read.rows else len(forward.ids)
+    if read.step == "stack":
+        return (rows, forward.decode, read.width)
+    if read.step is not None:
+        return (rows, 1, read.width)
+    if ragged:
+        return (sum(len(w) for w in window), read.width)
+    return (rows, len(window[0]) if window else 0, read.width)
+
+
+def fingerprint(forward) -> int:
+    """What a forward is — its inputs, windows and taps — for the replay to check it walks the recording's way."""
+    return hash((forward.ids, forward.mask, forward.windows, forward.decode,
+                 tuple((t.address.spelling(), tuple(w.name for w in t.writes), tuple(r.name for r in t.reads))
+                       for t in forward.taps)))
+
+
+def featurizer_data(name: str, made) -> dict:
+    """A featurizer as the kernel holds it: its kind and tensors (``kernel.featurize``)."""
+    if isinstance(made, featurizer_kinds.Identity):
+        data = {"kind": "identity"}
+    elif isinstance(made, featurizer_kinds.Subspace):
+        data = {"kind": "subspace", "weight": made.weight.detach().clone()}
+    elif isinstance(made, featurizer_kinds.PCA):
+        data = {"kind": "pca", "q": made.q}
+    elif isinstance(made, featurizer_kinds.Dictionary):
+        data = {"kind": made.kind, "w_enc": made.w_enc, "w_dec": made.w_dec, "b_enc": made.b_enc, "b_dec": made.b_dec}
+    elif isinstance(made, featurizer_kinds.Gate) and not made.training:
+        data = {"kind": "gate", "theta": made.theta.detach().clone()}
+    else:
+        raise EngineError(f"featurizers.{name}", f"a {type(made).__name__} featurizer has no form the kernel "
+                          "holds", "send the request to a server with causalab-mini installed "
+                          "(--ndif-request package)")
+    for key, value in data.items():
+        if isinstance(value, Placeholder):
+            raise EngineError(f"featurizers.{name}", f"its {key} is computed in this process from values of the "
+                              "same request, which a stock server does not have", "save it from one document "
+                              "and load it from the file in a second")
+    return data
+
+
+class Replayer:
+    """An engine for ``steps.run`` whose forward fills each read from what came home."""
+
+    def __init__(self, engine, recorder: Recorder, home: dict):
+        self.engine, self.recorder, self.home, self.done = engine, recorder, home, 0
+
+    def __getattr__(self, name):
+        return getattr(self.engine, name)
+
+    def forward(self, forward, values: dict, featurizers: dict) -> None:
+        recorded = self.recorder
+        if self.done >= len(recorded.calls) or fingerprint(forward) != recorded.prints[self.done]:
+            raise EngineError("ndif", "the walk asked for a forward the request did not run: a later forward's "
+                              "positions depend on a value only the server saw (a continuation's tokens)",
+                              "run the document locally, or send it to a server with causalab-mini installed "
+                              "(--ndif-request package)")
+        for name, key in recorded.calls[self.done].items():
+            # A read the client never used was not brought home: the walk does not look at it.
+            values[name] = self.home[key] if key in self.home else recorded.placeholders[key]
+        self.done += 1
+
+
+def _scored_reads(plan: Plan) -> set:
+    """The names of the reads the plan's metrics score and the run keeps (a borrowed read by its
+    shared forward's name too)."""
+    names: set = set()
+    for _, step in plan.walk():
+        if isinstance(step, Observe):
+            mine = {name for m in step.metrics for name in (m.of, *(op for _, op in m.reads), *m.forced_reads)}
+            mine |= set(step.kept)
+            names |= mine | {theirs for own, theirs in step.borrowed if own in mine}
+    return names
+
+
+def _unscored(plan: Plan) -> Plan:
+    """``plan`` (a copy) with no metric on any of its passes."""
+    for name, step in plan.steps.items():
+        if isinstance(step, Plan):
+            _unscored(step)
+        elif isinstance(step, Observe) and step.metrics:
+            plan.steps[name] = dataclasses.replace(step, metrics=())
+    return plan
+
+
+def send(engine, plan: Plan, *, batch_size=None, at_once: int = 1, options: dict) -> Plan:
+    """Record the walk, send its program with the kernel as one session, replay the walk on what came home."""
+    import nnsight
+
+    # The recording walks the plan without its metrics: scored on placeholders they would mean nothing,
+    # and a value-dependent check of theirs (a continuation with no place to score) would refuse.
+    # What they score comes home instead.
+    recorder = Recorder(engine, scored=frozenset(_scored_reads(plan)))
+    _RECORDING.append(recorder)
+    try:
+        steps.run(recorder, _unscored(copy.deepcopy(plan)), batch_size=batch_size, at_once=at_once)
+    finally:
+        _RECORDING.remove(recorder)
+    program = engine.last_request = recorder.program()  # kept on the shell, for a look at what was asked
+    shipped = shipped_kernel()
+    # The block names only locals (nnsight ships the block's code with its module's globals).
+    run, dtype_of, save, model = shipped.run, shipped.served_dtype, nnsight.save, engine.plain_model()
+    head = engine._found("lm_head", None, "served_dtype").path
+    with model.session(**options):
+        home = run(model, program)
+        home["served_dtype"] = dtype_of(model, head)
+        save(home)
+    plan.provenance["served_dtype"] = home.pop("served_dtype")
+    steps.run(Replayer(engine, recorder, home), plan, batch_size=batch_size, at_once=at_once)
+    plan.provenance["request"] = {"kind": "kernel", "kernel": kernel_digest(),
+                                  "instructions": len(program["steps"]), "home": len(program["home"])}
+    return plan
