@@ -11,6 +11,7 @@ module of the client's as it was. A package request checks the server's causalab
 from __future__ import annotations
 
 import io
+import json
 import pickletools
 import sys
 
@@ -180,3 +181,25 @@ def test_what_a_stock_server_cannot_run_is_refused_at_compile_time_by_name():
         cm.load(DOC, engine="ndif", models=[MODELS], request="walk")
     with pytest.raises(EngineError, match="for a remote engine"):
         cm.load(DOC, engine="hooks", models=[MODELS], request="kernel")
+
+
+def test_a_mean_published_across_batches_is_derived_where_the_reads_are(tmp_path):
+    """mean_ablation in batches of 3 rows: the harvested read comes back in pieces, the walk concatenates
+    them and publishes their mean, and a later write takes it as its operand — on a stock server that
+    operand is derived there (``derive``: the pieces concatenated, reshaped, cast, averaged), and the run
+    equals the local one."""
+    doc = V2 / "mean_ablation.causalab.json"
+    shell = cm.load(doc, engine="ndif", models=[MODELS])
+    shell.server = cm.stand_in(doc, models=[MODELS], stock=True)
+    there = cm.run(doc, loaded=shell, data=[DATA], batch_size=3, out=tmp_path / "there")
+    here = cm.run(doc, engine="nnterp", models=[MODELS], data=[DATA], batch_size=3, out=tmp_path / "here")
+    (derived,) = [s for s in shell.last_request["steps"] if s["op"] == "derive"]
+    expr = derived["expr"]
+    assert expr[:2] == ("call", "mean") and expr[2][:2] == ("call", "to") and expr[2][2][:2] == ("call", "reshape")
+    assert expr[2][2][2][0] == "cat" and len(expr[2][2][2][1]) > 1  # the batches' pieces
+    operands = [w["operand"] for s in shell.last_request["steps"] if s["op"] == "forward"
+                for g in s["groups"] for t in g["taps"] for w in t["writes"] if w["operand"]]
+    assert {"key": derived["key"]} in operands
+    assert json.loads((tmp_path / "there" / "run.json").read_text())["request"]["kind"] == "kernel"
+    assert {p.name: {k: r.rows for k, r in p.results().items()} for p in there.points} == \
+        {p.name: {k: r.rows for k, r in p.results().items()} for p in here.points}

@@ -200,9 +200,10 @@ class Recorder:
         return self._derived[expr]
 
     def forward(self, forward, values: dict, featurizers: dict) -> None:
-        prefix = self._passes.setdefault(id(values), f"pass{len(self._passes)}")
-        if len(self._alive) < len(self._passes):
+        if id(values) not in self._passes:  # a pass's first forward: its reads get their own prefix
+            self._passes[id(values)] = f"pass{len(self._passes)}"
             self._alive.append(values)
+        prefix = self._passes[id(values)]
         engine, rows = self.engine, len(forward.ids)
         instruction = {"op": "forward", "inputs": taps.model_inputs(forward, "cpu"), "decode": forward.decode,
                        "rows": rows, "groups": [], "stacked": []}
