@@ -380,6 +380,94 @@ def put_value(kind, value, new):
     raise ValueError("kernel: unknown value kind " + repr(kind))
 
 
+# --- the built-in metric kinds (metric_kinds.py's computes call these) -----------------------------------
+# Each takes float32 logits (n, vocab) and one (n,) long id tensor per column, and returns (n,)
+# float32 — normalized_effect also which rows are defined.
+
+
+def pick(values, ids):
+    return values.gather(-1, ids[:, None]).squeeze(-1)
+
+
+def match(logits, expected):
+    return (logits.argmax(dim=-1) == expected).float()
+
+
+def logit_diff(logits, a, b):
+    return pick(logits, a) - pick(logits, b)
+
+
+def cross_entropy(logits, target):
+    return -pick(logits.log_softmax(dim=-1), target)
+
+
+def token_logit(logits, token):
+    return pick(logits, token)
+
+
+def token_prob(logits, token):
+    return pick(logits.softmax(dim=-1), token)
+
+
+def prob_diff(logits, a, b):
+    probs = logits.softmax(dim=-1)
+    return pick(probs, a) - pick(probs, b)
+
+
+def token_rank(logits, token):
+    return (logits > pick(logits, token)[:, None]).sum(dim=-1).float() + 1.0
+
+
+def top_k(logits, expected, k):
+    return ((logits > pick(logits, expected)[:, None]).sum(dim=-1) < k).float()
+
+
+def kl_div(logits, reference):
+    ref = reference.log_softmax(dim=-1)
+    return (ref.exp() * (ref - logits.log_softmax(dim=-1))).sum(dim=-1)
+
+
+def normalized_effect(logits, a, b, base, counterfactual, measure, min_denominator):
+    m = logit_diff if measure == "logit_diff" else prob_diff
+    low, high, here = m(base, a, b), m(counterfactual, a, b), m(logits, a, b)
+    denominator = high - low
+    defined = denominator.abs() >= min_denominator
+    return (here - low) / denominator.where(defined, denominator.new_ones(())), defined
+
+
+METRIC_KINDS = ("match", "logit_diff", "cross_entropy", "token_logit", "token_prob", "prob_diff", "token_rank",
+                "top_k", "kl_div", "normalized_effect")
+
+
+def metric_kind(name):
+    """A built-in metric kind's compute by name."""
+    if name not in METRIC_KINDS:
+        raise ValueError("kernel: unknown metric kind " + repr(name))
+    return {"match": match, "logit_diff": logit_diff, "cross_entropy": cross_entropy, "token_logit": token_logit,
+            "token_prob": token_prob, "prob_diff": prob_diff, "token_rank": token_rank, "top_k": top_k,
+            "kl_div": kl_div, "normalized_effect": normalized_effect}[name]
+
+
+def score(ins, store):
+    """A metric scored where its reads are: the rows it scores (an expression, ``evaluate``), its id
+    columns, the reads it compares with, its parameters — in float32, autocast off, as the client's
+    scorer (``ops/metrics.scored``) calls a kind. Stores the values, and which rows are defined."""
+    logits = evaluate(ins["of"], store)
+    reads = {}
+    for slot, expr in ins["reads"]:
+        reads[slot] = evaluate(expr, store).to(device=logits.device, dtype=torch.float32)
+    ids = [t.to(device=logits.device, dtype=torch.long) for t in ins["ids"]]
+    got = unautocast(call_metric, (metric_kind(ins["kind"]), logits.to(torch.float32), ids, reads, ins["params"]))
+    values, defined = got if isinstance(got, tuple) else (got, None)
+    store[ins["key"]] = values
+    if defined is not None:
+        store[ins["key"] + "/defined"] = defined
+
+
+def call_metric(compute, logits, ids, reads, params):
+    return compute(logits, *ids, **reads, **dict(params))
+
+
 # --- the program: what the client compiled its walk's forwards into ---------------------------------------
 
 
@@ -544,6 +632,11 @@ def evaluate(expr, store):
         return evaluate(expr[1], store)[expr[2]:expr[3]]
     if name == "cat":
         return torch.cat([evaluate(e, store) for e in expr[1]], dim=0)
+    if name == "index":  # a basic index: integers and (start, stop, step) slices
+        return evaluate(expr[1], store)[tuple(slice(*i) if isinstance(i, tuple) else i for i in expr[2])]
+    if name == "index_select":
+        value = evaluate(expr[1], store)
+        return value.index_select(expr[2], torch.tensor(expr[3], dtype=torch.long, device=value.device))
     if name == "call" and expr[1] in DERIVING:
         return getattr(evaluate(expr[2], store), expr[1])(*expr[3], **dict(expr[4]))
     raise ValueError("kernel: unknown expression " + repr(name))
@@ -568,6 +661,8 @@ def run(model, program):
                 forward(model, ins, store, feats)
             elif ins["op"] == "derive":
                 store[ins["key"]] = evaluate(ins["expr"], store)
+            elif ins["op"] == "score":
+                score(ins, store)
             else:
                 raise ValueError("kernel: unknown instruction " + repr(ins["op"]))
     home = {}

@@ -189,55 +189,55 @@ COLUMNS: Mapping[str, tuple[str, ...]] = _Columns()
 # --------------------------------------------------------------------------- the built-in kinds
 # Each gets float32 logits (n, vocab) and one (n,) long id tensor per column, and returns (n,) float32.
 
-def _pick(values: "Tensor", ids: "Tensor") -> "Tensor":
-    return values.gather(-1, ids[:, None]).squeeze(-1)
+def _kernel():
+    # The arithmetic is the kernel's (kernel.py: what a stock NDIF server scores with); imported when
+    # a kind first scores, since this module imports without torch.
+    from . import kernel
+
+    return kernel
 
 
 @metric("match", columns=("expected",), unit="fraction", differentiable=False, version=2)
 def match(logits: "Tensor", expected: "Tensor") -> "Tensor":
     """1.0 where argmax(logits) == expected, else 0.0."""
-    return (logits.argmax(dim=-1) == expected).float()
+    return _kernel().match(logits, expected)
 
 
 @metric("logit_diff", columns=("a", "b"), unit="logit", differentiable=True, version=2)
 def logit_diff(logits: "Tensor", a: "Tensor", b: "Tensor") -> "Tensor":
     """logit[a] − logit[b]."""
-    return _pick(logits, a) - _pick(logits, b)
+    return _kernel().logit_diff(logits, a, b)
 
 
 @metric("cross_entropy", columns=("target",), unit="nats", differentiable=True)
 def cross_entropy(logits: "Tensor", target: "Tensor") -> "Tensor":
     """−log_softmax(logits)[target]."""
-    return -_pick(logits.log_softmax(dim=-1), target)
+    return _kernel().cross_entropy(logits, target)
 
 
 @metric("token_logit", columns=("token",), unit="logit", differentiable=True)
 def token_logit(logits: "Tensor", token: "Tensor") -> "Tensor":
     """logit[token]."""
-    return _pick(logits, token)
+    return _kernel().token_logit(logits, token)
 
 
 @metric("token_prob", columns=("token",), unit="probability", differentiable=True)
 def token_prob(logits: "Tensor", token: "Tensor") -> "Tensor":
     """softmax(logits)[token]."""
-    return _pick(logits.softmax(dim=-1), token)
-
-
-def _probs_pick(logits: "Tensor", ids: "Tensor") -> "Tensor":
-    return _pick(logits.softmax(dim=-1), ids)
+    return _kernel().token_prob(logits, token)
 
 
 @metric("prob_diff", columns=("a", "b"), unit="probability", differentiable=True)
 def prob_diff(logits: "Tensor", a: "Tensor", b: "Tensor") -> "Tensor":
     """softmax(logits)[a] − softmax(logits)[b]."""
-    return _probs_pick(logits, a) - _probs_pick(logits, b)
+    return _kernel().prob_diff(logits, a, b)
 
 
 @metric("token_rank", columns=("token",), unit="rank", differentiable=False)
 def token_rank(logits: "Tensor", token: "Tensor") -> "Tensor":
     """1 + the number of tokens with a strictly higher logit than token's: 1 is the top token; a
     tie takes the best rank it shares."""
-    return (logits > _pick(logits, token)[:, None]).sum(dim=-1).float() + 1.0
+    return _kernel().token_rank(logits, token)
 
 
 class TopK(Params):
@@ -248,7 +248,7 @@ class TopK(Params):
 def top_k(logits: "Tensor", expected: "Tensor", *, k: int) -> "Tensor":
     """1.0 where expected is among the k most likely tokens (fewer than k tokens have a strictly
     higher logit), else 0.0; top_k with k=1 is match, ties counted in expected's favour."""
-    return ((logits > _pick(logits, expected)[:, None]).sum(dim=-1) < k).float()
+    return _kernel().top_k(logits, expected, k)
 
 
 @metric("kl_div", reads=("reference",), unit="nats", differentiable=True)
@@ -256,8 +256,7 @@ def kl_div(logits: "Tensor", *, reference: "Tensor") -> "Tensor":
     """KL(reference ‖ this read) = Σ p_ref · (log p_ref − log p), in nats: how far this read's
     next-token distribution has moved from the reference read's (ACDC's faithfulness measure,
     with the clean run as the reference)."""
-    ref = reference.log_softmax(dim=-1)
-    return (ref.exp() * (ref - logits.log_softmax(dim=-1))).sum(dim=-1)
+    return _kernel().kl_div(logits, reference)
 
 
 class Normalized(Params):
@@ -276,8 +275,4 @@ def normalized_effect(logits: "Tensor", a: "Tensor", b: "Tensor", *, base: "Tens
     by default): 0 where this read behaves like the base run, 1 where like the counterfactual —
     the "fraction of the effect recovered" a patching plot shows. Rows where the denominator is
     below min_denominator in absolute value are excluded, not divided."""
-    m = logit_diff if measure == "logit_diff" else prob_diff
-    low, high, here = m(base, a, b), m(counterfactual, a, b), m(logits, a, b)
-    denominator = high - low
-    defined = denominator.abs() >= min_denominator
-    return (here - low) / denominator.where(defined, denominator.new_ones(())), defined
+    return _kernel().normalized_effect(logits, a, b, base, counterfactual, measure, min_denominator)

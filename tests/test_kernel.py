@@ -124,3 +124,24 @@ def test_a_write_held_as_data_equals_the_packages_write_bit_for_bit(mechanism):
                                           f0 if spec.needs_f0 else None)
             assert torch.equal(ours, theirs), (kind, features)
             assert not torch.equal(ours, x) or mechanism == "clamp"  # the write did something to compare
+
+
+@pytest.mark.parametrize("kind", kernel.METRIC_KINDS)
+def test_each_built_in_metric_kind_scores_with_the_kernels_function(kind):
+    """What a stock server scores a metric with is what the scorer calls here: equal to the bit on the
+    same logits (ties and a kind's parameters included)."""
+    from causalab_mini.metric_kinds import BUILT_IN, METRICS
+
+    record = METRICS[kind]
+    assert record.origin == BUILT_IN
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(6, 11, generator=gen)
+    logits[0, 3] = logits[0, 4] = logits[0].max() + 1  # a tie at the top
+    ids = [torch.randint(0, 11, (6,), generator=gen) for _ in record.columns]
+    reads = {slot: torch.randn(6, 11, generator=gen) for slot in record.reads}
+    params = {"k": 3} if kind == "top_k" else {"measure": "prob_diff", "min_denominator": 0.05} \
+        if kind == "normalized_effect" else {}
+    ours = record.compute(logits, *ids, **reads, **params)
+    theirs = kernel.call_metric(kernel.metric_kind(kind), logits, ids, reads, params)
+    for a, b in zip(ours if isinstance(ours, tuple) else (ours,), theirs if isinstance(theirs, tuple) else (theirs,)):
+        assert torch.equal(a, b)

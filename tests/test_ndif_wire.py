@@ -113,8 +113,8 @@ def test_a_server_whose_causalab_mini_differs_is_refused_before_the_walk(sent, m
 
 def test_a_kernel_request_runs_on_a_stock_server_and_carries_nothing_of_the_package(stock):
     """The default request: the kernel's source and a program of plain data. It runs where nothing of
-    causalab-mini or nnterp can be imported, equals the local run, and what came home is what the
-    replay filled in."""
+    causalab-mini or nnterp can be imported, equals the local run, and what comes home is the metrics'
+    values, scored where the logits are."""
     shell = cm.load(DOC, engine="ndif", models=[MODELS])
     shell.server = stock
     before = stock.requests
@@ -135,12 +135,12 @@ def test_a_kernel_request_runs_on_a_stock_server_and_carries_nothing_of_the_pack
     home = torch.load(io.BytesIO(response), map_location="cpu", weights_only=False)
     (saved,) = [v for v in home.values() if isinstance(v, dict) and "served_dtype" in v]
     assert saved["served_dtype"] == there.record["served_dtype"] == "torch.float32"
-    # What came home: the patched pass's logits, at the last position, for every row — the client scores.
-    (key,) = [k for k in saved if k != "served_dtype"]
-    logits = saved[key]
-    ids = there.plan.steps["score"].metrics[0].token_ids
-    rows = len(there.plan.steps["score"].example_ids)
-    assert logits.shape[0] == rows and logits.shape[-1] == shell.tokenizer.vocab_size or logits.shape[-1] > max(ids[0])
+    # What came home: the metrics, scored on the server (no logit row): each of the run's results is one.
+    came = {k: v for k, v in saved.items() if k != "served_dtype"}
+    assert all(k.startswith("score/") and v.dim() == 1 for k, v in came.items())
+    step = there.plan.steps["score"]
+    for metric in ("iia", "logit_diff"):
+        assert any(torch.equal(v, step.results[metric]) for v in came.values())
 
 
 def _imported(payload: bytes) -> set:
@@ -203,3 +203,36 @@ def test_a_mean_published_across_batches_is_derived_where_the_reads_are(tmp_path
     assert json.loads((tmp_path / "there" / "run.json").read_text())["request"]["kind"] == "kernel"
     assert {p.name: {k: r.rows for k, r in p.results().items()} for p in there.points} == \
         {p.name: {k: r.rows for k, r in p.results().items()} for p in here.points}
+
+
+def test_rows_a_kind_leaves_undefined_on_the_server_are_excluded_as_here(stock, tmp_path):
+    """normalized_effect scored on the server with a min_denominator that leaves some rows out: the rows
+    it defines come home with its values, and the files equal the local run's (the excluded rows
+    with their reason)."""
+    path = V2 / "effect_metrics.causalab.json"
+    raw = json.loads(path.read_text())
+    # The denominators, by hand from the two reads it compares: the bound leaves the smallest out.
+    kept = cm.run(path, engine="nnterp", models=[MODELS], data=[DATA], reads=["clean", "cf_logits"])
+    point = kept.points[0]
+    (recovered,) = [m for m in point.plan.steps["score"].metrics if m.name == "recovered"]
+    a, b = (torch.tensor(column) for column in recovered.token_ids)
+
+    def diff(logits):
+        last = logits[:, -1].float()
+        return last.gather(1, a[:, None])[:, 0] - last.gather(1, b[:, None])[:, 0]
+    denominators = (diff(point.value("cf_logits")) - diff(point.value("clean"))).abs()
+    smallest, next_ = torch.unique(denominators)[:2]  # sorted: two distinct sizes at least
+    metric = raw["interventions"]["patching"]["metrics"]["recovered"]
+    metric["params"] = {"min_denominator": float(smallest + next_) / 2}
+    local = cm.run(cm.read(raw, path=path), engine="nnterp", models=[MODELS], data=[DATA])
+    reasons = [r["reason"] for p in local.points for r in p.result("recovered").rows]
+    left_out = int((denominators == smallest).sum())  # the rows of the smallest, at every point
+    assert reasons.count("effect_denominator_near_zero") == left_out * len(local.points)
+    doc = cm.read(raw, path=path)
+    shell = cm.load(doc, engine="ndif", models=[MODELS])
+    shell.server = stock
+    there = cm.run(doc, loaded=shell, data=[DATA])
+    scores = [s for s in shell.last_request["steps"] if s["op"] == "score" and s["kind"] == "normalized_effect"]
+    assert scores and all(s["params"]["min_denominator"] == metric["params"]["min_denominator"] for s in scores)
+    assert {p.name: p.result("recovered").rows for p in there.points} == \
+        {p.name: p.result("recovered").rows for p in local.points}

@@ -40,6 +40,7 @@ from typing import Optional
 import torch
 
 from .. import kernel, vocab
+from ..metric_kinds import METRICS
 from ..errors import EngineError
 from ..ops import featurizers as featurizer_kinds
 from ..plan.plan import Observe, Plan
@@ -76,7 +77,7 @@ def kernel_digest() -> str:
 
 # --- placeholders: the walk's view of values held on the server ------------------------------------------
 
-_RECORDING: list = []  # the recorder while its walk runs (placeholders report their uses to it)
+_WALKING: list = []  # the recorder (or the replayer) while its walk runs: placeholders report to it
 _METADATA = {"shape", "size", "dim", "numel", "dtype", "device", "__len__", "ndim", "element_size", "stride",
              "requires_grad", "is_floating_point", "layout", "is_sparse", "__repr__", "__format__"}
 _DERIVED = set(kernel.DERIVING)  # tensor methods whose result the server derives (kernel.evaluate)
@@ -101,7 +102,7 @@ class Placeholder(torch.Tensor):
         kwargs = kwargs or {}
         with torch._C.DisableTorchFunctionSubclass():
             out = func(*args, **kwargs)
-        recorder = _RECORDING[-1] if _RECORDING else None
+        recorder = _WALKING[-1] if _WALKING else None
         name = getattr(func, "__name__", "")
         if name == "__get__":  # a property (``.shape``, ``.T``): its getter's name
             name = getattr(getattr(func, "__self__", None), "__name__", "")
@@ -113,6 +114,19 @@ class Placeholder(torch.Tensor):
         for held in _placeholders(args, kwargs):
             recorder.used(held.expr)
         return _computed_here(out)
+
+    @staticmethod
+    def scored_elsewhere(logits, kind: str, ids: list, reads: dict, params: dict):
+        """``ops/metrics.scored``'s question of logits held on the server: (values, defined) from the
+        server's score of them, or None — then the client scores (their reads come home)."""
+        walking = _WALKING[-1] if _WALKING else None
+        exprs = [x.expr if isinstance(x, Placeholder) else None for x in (logits, *reads.values())]
+        if walking is None or any(e is None for e in exprs):
+            return None
+        instruction = {"op": "score", "kind": kind, "of": exprs[0], "ids": [t.detach().cpu() for t in ids],
+                       "reads": tuple(zip(reads, exprs[1:])), "params": params}
+        instruction["key"] = _score_key(instruction)
+        return walking.scored(instruction, len(logits))
 
 
 def _derived(func, name: str, args: tuple, kwargs: dict) -> Optional[tuple]:
@@ -128,6 +142,14 @@ def _derived(func, name: str, args: tuple, kwargs: dict) -> Optional[tuple]:
     if func is torch.Tensor.__getitem__ and isinstance(args[1], slice) and args[1].step in (None, 1):
         a, b, _ = args[1].indices(first.shape[0])
         return ("slice", first.expr, a, b)
+    if func is torch.Tensor.__getitem__:  # a basic index (a metric's unit window squeezed off)
+        index = args[1] if isinstance(args[1], tuple) else (args[1],)
+        if all(isinstance(i, int) or isinstance(i, slice) for i in index):
+            return ("index", first.expr, tuple((i.start, i.stop, i.step) if isinstance(i, slice) else i
+                                               for i in index))
+        return None
+    if name == "index_select" and len(args) == 3 and not kwargs and not isinstance(args[2], Placeholder):
+        return ("index_select", first.expr, int(args[1]), tuple(int(i) for i in args[2].tolist()))
     rest = args[1:]
     if name in _DERIVED and not any(isinstance(x, torch.Tensor) for x in (*rest, *kwargs.values())):
         return ("call", name, first.expr, tuple(rest), tuple(sorted(kwargs.items())))
@@ -162,9 +184,9 @@ def _computed_here(out):
 class Recorder:
     """An engine for ``steps.run`` that compiles each forward into a kernel instruction."""
 
-    def __init__(self, engine, scored: frozenset = frozenset()):
+    def __init__(self, engine, wanted: frozenset = frozenset()):
         self.engine = engine
-        self.scored = scored  # read names the client's metrics score: they come home
+        self.wanted = wanted  # read names the client needs whatever the walk does with them: they come home
         self.steps: list = []  # the program's instructions, in order
         self.calls: list = []  # per forward: read name -> server key (what the replay fills)
         self.prints: list = []  # per forward: what it is, for the replay to check it walks the same way
@@ -174,6 +196,7 @@ class Recorder:
         self._passes: dict = {}  # id of a pass's values -> its key prefix
         self._alive: list = []  # those values, kept so an id is never reused while recording
         self._derived: dict = {}  # expression -> the key the program stores it under
+        self._scores: dict = {}  # a score instruction's key -> the instruction
         self._random = torch.Generator().manual_seed(0)
 
     def __getattr__(self, name):  # tokenizer, answers, …: the real engine's
@@ -181,14 +204,19 @@ class Recorder:
 
     def used(self, expr) -> None:
         """The client's walk used this value: the reads it is made of come home."""
-        kind = expr[0]
-        if kind == "key":
-            self.home.add(expr[1])
-        elif kind in ("slice", "call"):
-            self.used(expr[1] if kind == "slice" else expr[2])
-        elif kind == "cat":
-            for part in expr[1]:
-                self.used(part)
+        self.home |= _keys(expr)
+
+    def scored(self, instruction: dict, rows: int):
+        """A metric the server scores: the instruction added once; placeholders of its values (and of
+        which rows are defined, for a kind that may leave some out) handed to the walk."""
+        key = instruction["key"]
+        if key not in self._scores:
+            self._scores[key] = instruction
+            self.steps.append(instruction)
+        values = Placeholder.of(torch.zeros(rows), ("key", key))
+        if not METRICS[instruction["kind"]].excludes:
+            return values, None
+        return values, Placeholder.of(torch.ones(rows, dtype=torch.bool), ("key", key + "/defined"))
 
     def stored(self, expr) -> str:
         """The server key holding ``expr``: a read's own, or a derivation added to the program."""
@@ -257,7 +285,7 @@ class Recorder:
                                    "project": self._projection() if r.view == "logits" else None})
             if r.step == "stack":  # a read of a cut of a continuation, stacked step by step there
                 instruction["stacked"].append(key)
-            if r.name in self.scored:
+            if r.name in self.wanted:
                 self.home.add(key)
             value = torch.randn(_read_shape(r, forward, window, ragged), generator=self._random)
             self.placeholders[key] = value
@@ -293,7 +321,12 @@ class Recorder:
                 "multiply": transform.multiply, "divide": transform.divide, "softcap": transform.softcap}
 
     def program(self) -> dict:
-        return {"steps": self.steps, "featurizers": self.featurizers, "home": sorted(self.home)}
+        """The request's program. A metric whose reads come home anyway is scored here, not there."""
+        local = {k for k, ins in self._scores.items()
+                 if _keys(ins["of"]) | {key for _, e in ins["reads"] for key in _keys(e)} <= self.home}
+        steps_ = [ins for ins in self.steps if ins.get("key") not in local or ins["op"] != "score"]
+        home = {k for k in self.home if k not in local and k.rsplit("/", 1)[0] not in local}
+        return {"steps": steps_, "featurizers": self.featurizers, "home": sorted(home)}
 
 
 class _Names:
@@ -376,46 +409,84 @@ class Replayer:
                               "run the document locally, or send it to a server with causalab-mini installed "
                               "(--ndif-request package)")
         for name, key in recorded.calls[self.done].items():
-            # A read the client never used was not brought home: the walk does not look at it.
-            values[name] = self.home[key] if key in self.home else recorded.placeholders[key]
+            # A read not brought home is held as the recording held it: what the walk did with it
+            # there (a metric scored on the server) it does again here, and nothing else.
+            values[name] = self.home[key] if key in self.home else Placeholder.of(recorded.placeholders[key], ("key", key))
         self.done += 1
 
+    def used(self, expr) -> None:
+        """The replay used a value the recording did not: the two walks went different ways."""
+        missing = _keys(expr) - set(self.home)
+        if missing:
+            raise EngineError("ndif", f"the walk used {sorted(missing)[0]!r}, which the request did not bring home: "
+                              "it went another way than when it was recorded", "run the document locally, and "
+                              "report it with the document")
 
-def _scored_reads(plan: Plan) -> set:
-    """The names of the reads the plan's metrics score and the run keeps (a borrowed read by its
-    shared forward's name too)."""
+    def scored(self, instruction: dict, rows: int):
+        """The server's score of a metric the recording sent it."""
+        key = instruction["key"]
+        if key not in self.home:
+            self.used(("key", key))
+        return self.home[key], self.home.get(key + "/defined")
+
+
+def _on_continuations(obs: Observe) -> tuple:
+    """The pass's metrics that score a cut of a continuation: their rows are placed on tokens only the
+    server generates, so they are scored here, on what comes home."""
+    stacked = {r.name for f in obs.forwards for t in f.taps for r in t.reads if r.step == "stack"}
+    return tuple(m for m in obs.metrics if {m.of, *(op for _, op in m.reads)} & stacked)
+
+
+def _wanted(plan: Plan) -> set:
+    """The reads the client needs whatever its walk does: those the run keeps, and those a metric on a
+    continuation scores (a borrowed read by its shared forward's name too)."""
     names: set = set()
     for _, step in plan.walk():
         if isinstance(step, Observe):
-            mine = {name for m in step.metrics for name in (m.of, *(op for _, op in m.reads), *m.forced_reads)}
+            mine = {name for m in _on_continuations(step) for name in (m.of, *(op for _, op in m.reads))}
             mine |= set(step.kept)
             names |= mine | {theirs for own, theirs in step.borrowed if own in mine}
     return names
 
 
-def _unscored(plan: Plan) -> Plan:
-    """``plan`` (a copy) with no metric on any of its passes."""
+def _recordable(plan: Plan) -> Plan:
+    """``plan`` (a copy) without its metrics on continuations: recorded on placeholder tokens, their
+    rows would be placed nowhere and the walk would refuse."""
     for name, step in plan.steps.items():
         if isinstance(step, Plan):
-            _unscored(step)
-        elif isinstance(step, Observe) and step.metrics:
-            plan.steps[name] = dataclasses.replace(step, metrics=())
+            _recordable(step)
+        elif isinstance(step, Observe) and _on_continuations(step):
+            skipped = _on_continuations(step)
+            plan.steps[name] = dataclasses.replace(step, metrics=tuple(m for m in step.metrics if m not in skipped))
     return plan
+
+
+def _keys(expr) -> set:
+    """The server keys an expression is made of."""
+    if expr[0] == "key":
+        return {expr[1]}
+    if expr[0] == "cat":
+        return set().union(*(_keys(e) for e in expr[1]))
+    return _keys(expr[2] if expr[0] == "call" else expr[1])
+
+
+def _score_key(instruction: dict) -> str:
+    """A score instruction's key, from what it is: the same in the recording and the replay."""
+    ids = tuple(tuple(t.tolist()) for t in instruction["ids"])
+    what = repr((instruction["kind"], instruction["of"], ids, instruction["reads"], sorted(instruction["params"].items())))
+    return "score/" + hashlib.sha256(what.encode()).hexdigest()[:16]
 
 
 def send(engine, plan: Plan, *, batch_size=None, at_once: int = 1, options: dict) -> Plan:
     """Record the walk, send its program with the kernel as one session, replay the walk on what came home."""
     import nnsight
 
-    # The recording walks the plan without its metrics: scored on placeholders they would mean nothing,
-    # and a value-dependent check of theirs (a continuation with no place to score) would refuse.
-    # What they score comes home instead.
-    recorder = Recorder(engine, scored=frozenset(_scored_reads(plan)))
-    _RECORDING.append(recorder)
+    recorder = Recorder(engine, wanted=frozenset(_wanted(plan)))
+    _WALKING.append(recorder)
     try:
-        steps.run(recorder, _unscored(copy.deepcopy(plan)), batch_size=batch_size, at_once=at_once)
+        steps.run(recorder, _recordable(copy.deepcopy(plan)), batch_size=batch_size, at_once=at_once)
     finally:
-        _RECORDING.remove(recorder)
+        _WALKING.remove(recorder)
     program = engine.last_request = recorder.program()  # kept on the shell, for a look at what was asked
     shipped = shipped_kernel()
     # The block names only locals (nnsight ships the block's code with its module's globals).
@@ -426,7 +497,12 @@ def send(engine, plan: Plan, *, batch_size=None, at_once: int = 1, options: dict
         home["served_dtype"] = dtype_of(model, head)
         save(home)
     plan.provenance["served_dtype"] = home.pop("served_dtype")
-    steps.run(Replayer(engine, recorder, home), plan, batch_size=batch_size, at_once=at_once)
+    replayer = Replayer(engine, recorder, home)
+    _WALKING.append(replayer)
+    try:
+        steps.run(replayer, plan, batch_size=batch_size, at_once=at_once)
+    finally:
+        _WALKING.remove(replayer)
     plan.provenance["request"] = {"kind": "kernel", "kernel": kernel_digest(),
                                   "instructions": len(program["steps"]), "home": len(program["home"])}
     return plan

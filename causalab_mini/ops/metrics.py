@@ -84,14 +84,19 @@ def scored(kind: str, logits: Tensor, token_ids: Sequence[Tensor], *, reads: Opt
         reads[slot] = other.to(device=logits.device, dtype=torch.float32)
 
     whose = f"the compute registered for {kind!r} by {record.origin}"
-    with exact():
-        try:
-            got = record.compute(logits.to(torch.float32), *ids, **reads, **dict(params or {}))
-        except Exception as err:  # noqa: BLE001 — a kind's own failure, named, not a traceback from the walk
-            if record.origin == BUILT_IN:
-                raise
-            raise EngineError(path, f"{kind}: {whose} raised {type(err).__name__}: {err}",
-                              f"fix or upgrade {record.origin}, or score with another kind") from None
+    # Logits held elsewhere (a stock NDIF server's, engine/request.py) are scored there, by the same
+    # arithmetic (the built-in kinds' are the kernel's); None: here after all.
+    elsewhere = getattr(type(logits), "scored_elsewhere", None) if record.origin == BUILT_IN else None
+    got = elsewhere(logits, kind, ids, reads, dict(params or {})) if elsewhere is not None else None
+    if got is None:
+        with exact():
+            try:
+                got = record.compute(logits.to(torch.float32), *ids, **reads, **dict(params or {}))
+            except Exception as err:  # noqa: BLE001 — a kind's own failure, named, not a traceback from the walk
+                if record.origin == BUILT_IN:
+                    raise
+                raise EngineError(path, f"{kind}: {whose} raised {type(err).__name__}: {err}",
+                                  f"fix or upgrade {record.origin}, or score with another kind") from None
     values, defined = got if isinstance(got, tuple) and len(got) == 2 else (got, None)
     # A registered kind's compute is outside this module's control: hold it to the contract
     # the callers rely on (one float32 per row), so a wrong one fails here and not in a mean.
