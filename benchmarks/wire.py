@@ -5,17 +5,18 @@ as one session each, in both forms a request takes:
 
 - **kernel** (the default): the kernel's source and the walk's forwards as a program of plain data,
   to a stand-in for a stock server (``cm.stand_in(doc, stock=True)``: torch, transformers and nnsight
-  only; causalab_mini and nnterp blocked). The walk runs on the client; the reads it scores or uses
-  come home. Checked: the results equal a local nnterp run's.
+  only; causalab_mini and nnterp blocked). The walk runs on the client; the metrics of built-in
+  kinds are scored on the server, and what comes home is their values and the reads the client's
+  walk itself uses. Checked: the results equal a local nnterp run's.
 - **package**: the walk itself by reference, to a stand-in with causalab-mini and nnterp installed
   (``cm.stand_in(doc)``); only the plan's results come home.
 
 Bytes are as NDIF's client sends the request and its server sends the response (zstd where
-nnsight's ``CONFIG.API.COMPRESS`` says). A kernel request brings home whole logit rows for the
-metrics the client scores, so its response grows with the vocabulary: the last column estimates it
-for a 128,256-token vocabulary (Llama 3's), the home logits' rows × positions × 4 bytes (float32,
-uncompressed) plus the rest as measured. Documents a request cannot carry are listed with the
-compiler's refusal.
+nnsight's ``CONFIG.API.COMPRESS`` says). Logit rows still come home where the client scores them
+(a metric on a cut of a continuation, an extension's kind, a read the run keeps), and those grow
+with the vocabulary: the last column estimates the response for a 128,256-token vocabulary (Llama
+3's), those rows × 4 bytes (float32, uncompressed) added to what was measured. Documents a request
+cannot carry are listed with the compiler's refusal.
 
     python benchmarks/wire.py
     python benchmarks/wire.py --documents patching,layer_pos_sweep

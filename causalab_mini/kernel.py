@@ -7,14 +7,17 @@ program on the server's model; everything else â€” positions, metrics, outputs â
 
 The arithmetic is also the package's own: the mechanisms (``ops/mechanisms.py``), the featurizers'
 maps (``ops/featurizers.py``), gather/scatter's indexing (``ops/intervene.py``), the way a value sits
-where nnsight hands it over (``engine/nnterp.py``) and the write seam's order of operations
-(``ops/intervene.apply_write``) are these functions, so a remote write is the local one to the bit.
+where nnsight hands it over (``engine/nnterp.py``), the write seam's order of operations
+(``ops/intervene.apply_write``) and the built-in metric kinds (``metric_kinds.py``) are these
+functions, so a remote write, and a remote score, is the local one to the bit.
 
 nnsight 0.7.0 rebuilds a function shipped by value from its source, with its module's globals
 re-imported by name, so this file keeps to what that rebuild reproduces (``tests/test_kernel.py``
 lints it): ``import torch`` only; plain module-level functions (no classes, no decorators, no
 nested functions or lambdas); no annotations and no ``from __future__`` (the rebuild compiles without
-the flag); no module state but constants.
+the flag); no module state but constants. It is one file, longer than this project's others, for the
+same reason: a module shipped by value can import only what the server has, so the kernel cannot be
+split into modules that import each other.
 """
 import torch
 

@@ -12,14 +12,18 @@ How a run goes (``send``):
 1. **record** — the package's own walk (``steps.run``) runs on a copy of the plan with an engine
    whose ``forward`` compiles each forward into a kernel instruction (every window resolved here,
    against the client's tokenizer, as in any run) and hands the walk placeholders of the reads'
-   shapes. A placeholder knows where its value is on the server: rows sliced, reads concatenated
-   and a published mean stay server-side expressions, so a later write's operand is named by what
-   the server holds; any other use of a placeholder is the client's, and the read it came from is
-   brought home.
+   shapes. A placeholder knows where its value is on the server: rows sliced, reads concatenated,
+   a basic index and a published mean stay server-side expressions, so a later write's operand is
+   named by what the server holds; a metric of a built-in kind on placeholders becomes a score
+   instruction (``ops/metrics.scored`` asks ``Placeholder.scored_elsewhere``), so its values come
+   home and not the logit rows; any other use of a placeholder is the client's, and the read it
+   came from is brought home.
 2. **send** — one session whose body is ``home = run(model, program)``, opened on nnsight's plain
    ``LanguageModel`` over the shell's meta module (no nnterp object on the wire).
-3. **replay** — the walk again on the real plan, each forward's reads filled from what came home:
-   positions, metrics, outputs and continuations are the package's own code, run here.
+3. **replay** — the walk again on the real plan, each forward's reads filled from what came home
+   (a read that stayed there, by its placeholder again, whose score is looked up by the same key):
+   positions, metrics, outputs and continuations are the package's own code, run here. A metric on
+   a cut of a continuation is scored here on every kind: its rows are placed on generated tokens.
 
 Refused at compile time (``plan/stock.py``) is what the kernel cannot do: a fit (it trains through the
 model step after step in the walk), an extension's mechanism or featurizer kind (their code is not
