@@ -14,8 +14,8 @@ local directory is refused before anything is sent.
 
 What the request carries (``request``): by default the kernel — ``kernel.py``, torch only, shipped
 by value — and the walk's forwards compiled to a program of plain data (``engine/request.py``), which
-a stock server (torch, transformers, nnsight: NDIF's) runs; the walk itself, positions, metrics and
-outputs stay here. ``request = "package"`` sends the walk itself, by reference: the server must have
+a stock server (torch, transformers, nnsight: NDIF's) runs, scoring the built-in metric kinds where
+the logits are; the walk itself, positions and outputs stay here. ``request = "package"`` sends the walk itself, by reference: the server must have
 this causalab-mini (checked first, in the session) and nnterp; a fit needs it.
 
 ``causalab_mini.stand_in(document)`` (``remote.py``) is a server on this machine for checking a
