@@ -451,6 +451,41 @@ def metric_kind(name):
             "kl_div": kl_div, "normalized_effect": normalized_effect}[name]
 
 
+def sequence_scores(kind, columns, per_token):
+    """A whole-answer metric (``"score": "sequence"``): per answer column, per scored row, the logits at
+    the positions that predict the answer's tokens and those tokens; each row's answer log-probability
+    summed (or averaged, ``per_token="mean"``), then what the kind reports. ``match``: every forced
+    token the model's own choice (the mean: the share that is)."""
+    combined = []
+    for segments, answers in columns:
+        row_values = []
+        for logits, ids in zip(segments, answers):
+            ids = ids.to(device=logits.device, dtype=torch.long)
+            logits = logits.to(torch.float32)
+            if kind == "match":
+                hits = (logits.argmax(dim=-1) == ids).float()
+                row_values.append(hits.min() if per_token == "sum" else hits.mean())
+            else:
+                picked = logits.log_softmax(dim=-1).gather(-1, ids[:, None]).squeeze(-1)
+                row_values.append(picked.sum() if per_token == "sum" else picked.mean())
+        combined.append(torch.stack(row_values) if row_values else torch.zeros(0))
+    if kind == "cross_entropy":
+        return -combined[0]
+    if kind == "token_prob":
+        return combined[0].exp()
+    if kind == "logit_diff":
+        return combined[0] - combined[1]
+    return combined[0]
+
+
+def score_sequence(ins, store):
+    """A whole-answer metric scored where its forced reads are (``sequence_scores``)."""
+    columns = []
+    for segments, answers in ins["columns"]:
+        columns.append(([evaluate(e, store) for e in segments], answers))
+    store[ins["key"]] = unautocast(sequence_scores, (ins["kind"], columns, ins["per_token"]))
+
+
 def score(ins, store):
     """A metric scored where its reads are: the rows it scores (an expression, ``evaluate``), its id
     columns, the reads it compares with, its parameters — in float32, autocast off, as the client's
@@ -637,6 +672,8 @@ def evaluate(expr, store):
         return torch.cat([evaluate(e, store) for e in expr[1]], dim=0)
     if name == "index":  # a basic index: integers and (start, stop, step) slices
         return evaluate(expr[1], store)[tuple(slice(*i) if isinstance(i, tuple) else i for i in expr[2])]
+    if name == "split":  # piece expr[3] of the value split along rows into expr[2]'s sizes
+        return torch.split(evaluate(expr[1], store), list(expr[2]))[expr[3]]
     if name == "index_select":
         value = evaluate(expr[1], store)
         return value.index_select(expr[2], torch.tensor(expr[3], dtype=torch.long, device=value.device))
@@ -666,6 +703,8 @@ def run(model, program):
                 store[ins["key"]] = evaluate(ins["expr"], store)
             elif ins["op"] == "score":
                 score(ins, store)
+            elif ins["op"] == "score_sequence":
+                score_sequence(ins, store)
             else:
                 raise ValueError("kernel: unknown instruction " + repr(ins["op"]))
     home = {}

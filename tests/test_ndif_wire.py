@@ -236,3 +236,19 @@ def test_rows_a_kind_leaves_undefined_on_the_server_are_excluded_as_here(stock, 
     assert scores and all(s["params"]["min_denominator"] == metric["params"]["min_denominator"] for s in scores)
     assert {p.name: p.result("recovered").rows for p in there.points} == \
         {p.name: p.result("recovered").rows for p in local.points}
+
+
+def test_whole_answers_are_scored_where_their_forced_reads_are():
+    """whole_answer scores answers of several tokens (teacher-forced): the server scores them per answer
+    column, and what comes home is those scores, equal to the local run's — no logit row."""
+    doc = V2 / "whole_answer.causalab.json"
+    shell = cm.load(doc, engine="ndif", models=[MODELS])
+    shell.server = cm.stand_in(doc, models=[MODELS], stock=True)
+    there = cm.run(doc, loaded=shell, data=[DATA])
+    here = cm.run(doc, engine="nnterp", models=[MODELS], data=[DATA])
+    program = shell.last_request
+    kinds = {s["kind"] for s in program["steps"] if s["op"] == "score_sequence"}
+    assert kinds == {"token_prob", "cross_entropy", "logit_diff", "match"}
+    assert program["home"] and all(key.startswith("score/") for key in program["home"])
+    assert {p.name: {k: r.rows for k, r in p.results().items()} for p in there.points} == \
+        {p.name: {k: r.rows for k, r in p.results().items()} for p in here.points}

@@ -115,6 +115,9 @@ class Placeholder(torch.Tensor):
         derived = _derived(func, name, args, kwargs)
         if derived is not None:
             return cls.of(out, derived)
+        pieces = _split(func, args, kwargs, out)
+        if pieces is not None:
+            return pieces
         for held in _placeholders(args, kwargs):
             recorder.used(held.expr)
         return _computed_here(out)
@@ -131,6 +134,20 @@ class Placeholder(torch.Tensor):
                        "reads": tuple(zip(reads, exprs[1:])), "params": params}
         instruction["key"] = _score_key(instruction)
         return walking.scored(instruction, len(logits))
+
+    @staticmethod
+    def sequence_scored_elsewhere(kind: str, columns: list, per_token: str):
+        """``ops/metrics.score_sequence``'s question of whole answers' logits held on the server: their
+        scores from the server's, or None — then the client scores (the reads come home)."""
+        walking = _WALKING[-1] if _WALKING else None
+        exprs = [[x.expr if isinstance(x, Placeholder) else None for x in segments] for segments, _ in columns]
+        if walking is None or any(e is None for column in exprs for e in column):
+            return None
+        instruction = {"op": "score_sequence", "kind": kind, "per_token": per_token,
+                       "columns": [(tuple(e), [t.detach().cpu() for t in answers])
+                                   for e, (_, answers) in zip(exprs, columns)]}
+        instruction["key"] = _score_key(instruction)
+        return walking.scored(instruction, len(columns[0][0]))[0]
 
 
 def _derived(func, name: str, args: tuple, kwargs: dict) -> Optional[tuple]:
@@ -158,6 +175,18 @@ def _derived(func, name: str, args: tuple, kwargs: dict) -> Optional[tuple]:
     if name in _DERIVED and not any(isinstance(x, torch.Tensor) for x in (*rest, *kwargs.values())):
         return ("call", name, first.expr, tuple(rest), tuple(sorted(kwargs.items())))
     return None
+
+
+def _split(func, args: tuple, kwargs: dict, out) -> Optional[tuple]:
+    """``torch.split`` of a held value along rows into sizes: each piece its own expression (a whole
+    answer's logits, cut per row)."""
+    if func not in (torch.split, torch.Tensor.split) or kwargs.get("dim", 0) != 0 or len(args) != 2:
+        return None
+    held, sizes = args
+    if not isinstance(held, Placeholder) or held.expr is None or not isinstance(sizes, (list, tuple)):
+        return None
+    sizes = tuple(int(n) for n in sizes)
+    return tuple(Placeholder.of(piece, ("split", held.expr, sizes, i)) for i, piece in enumerate(out))
 
 
 def _placeholders(args, kwargs):
@@ -326,8 +355,7 @@ class Recorder:
 
     def program(self) -> dict:
         """The request's program. A metric whose reads come home anyway is scored here, not there."""
-        local = {k for k, ins in self._scores.items()
-                 if _keys(ins["of"]) | {key for _, e in ins["reads"] for key in _keys(e)} <= self.home}
+        local = {k for k, ins in self._scores.items() if _inputs(ins) <= self.home}
         steps_ = [ins for ins in self.steps if ins.get("key") not in local or ins["op"] != "score"]
         home = {k for k in self.home if k not in local and k.rsplit("/", 1)[0] not in local}
         return {"steps": steps_, "featurizers": self.featurizers, "home": sorted(home)}
@@ -471,13 +499,29 @@ def _keys(expr) -> set:
         return {expr[1]}
     if expr[0] == "cat":
         return set().union(*(_keys(e) for e in expr[1]))
+    if expr[0] == "split":
+        return _keys(expr[1])
     return _keys(expr[2] if expr[0] == "call" else expr[1])
+
+
+def _inputs(instruction: dict) -> set:
+    """The server keys a score instruction reads."""
+    if instruction["op"] == "score_sequence":
+        return {key for segments, _ in instruction["columns"] for e in segments for key in _keys(e)}
+    return _keys(instruction["of"]) | {key for _, e in instruction["reads"] for key in _keys(e)}
 
 
 def _score_key(instruction: dict) -> str:
     """A score instruction's key, from what it is: the same in the recording and the replay."""
-    ids = tuple(tuple(t.tolist()) for t in instruction["ids"])
-    what = repr((instruction["kind"], instruction["of"], ids, instruction["reads"], sorted(instruction["params"].items())))
+    def plain(x):  # tensors (id columns) by their numbers
+        if isinstance(x, torch.Tensor):
+            return ("tensor", tuple(x.tolist()))
+        if isinstance(x, (list, tuple)):
+            return tuple(plain(v) for v in x)
+        if isinstance(x, dict):
+            return tuple(sorted((k, plain(v)) for k, v in x.items()))
+        return x
+    what = repr(plain({k: v for k, v in instruction.items() if k != "key"}))
     return "score/" + hashlib.sha256(what.encode()).hexdigest()[:16]
 
 

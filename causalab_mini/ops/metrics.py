@@ -130,31 +130,22 @@ def score_sequence(kind: str, columns: Sequence[tuple[Sequence[Tensor], Sequence
     those ``L`` token ids. Each row's answer log-probability is the sum of its tokens' (or their
     mean, ``per_token="mean"``); the kind then says what is reported (metric_kinds.SEQUENCE_KINDS).
     """
+    from .. import kernel
     from ..metric_kinds import SEQUENCE_KINDS
 
     if kind not in SEQUENCE_KINDS:
         raise EngineError(path, f"{kind} does not score whole answers", _SEE_PLAN)
-    reduce = (lambda x: x.sum()) if per_token == "sum" else (lambda x: x.mean())
-    combined = []
+    for segments, answers in columns:
+        for logits, ids in zip(segments, answers):
+            if logits.dim() != 2 or logits.shape[0] != ids.shape[0] or not len(ids):
+                raise EngineError(path, f"{kind}: a forced answer of {len(ids)} token(s) has logits "
+                                  f"{tuple(logits.shape)}", _SEE_PLAN)
+    # Logits held elsewhere (a stock NDIF server's, engine/request.py) are scored there; the
+    # arithmetic is the kernel's either way.
+    held = [type(logits) for segments, _ in columns for logits in segments]
+    elsewhere = getattr(held[0], "sequence_scored_elsewhere", None) if held else None
+    got = elsewhere(kind, columns, per_token) if elsewhere is not None else None
+    if got is not None:
+        return got
     with exact():
-        for segments, answers in columns:
-            row_values = []
-            for logits, ids in zip(segments, answers):
-                ids = ids.to(device=logits.device, dtype=torch.long)
-                if logits.dim() != 2 or logits.shape[0] != ids.shape[0] or not len(ids):
-                    raise EngineError(path, f"{kind}: a forced answer of {len(ids)} token(s) has logits "
-                                      f"{tuple(logits.shape)}", _SEE_PLAN)
-                logits = logits.to(torch.float32)
-                if kind == "match":  # every forced token the model's own choice (mean: the share that is)
-                    hits = (logits.argmax(dim=-1) == ids).float()
-                    row_values.append(hits.min() if per_token == "sum" else hits.mean())
-                else:
-                    row_values.append(reduce(logits.log_softmax(dim=-1).gather(-1, ids[:, None]).squeeze(-1)))
-            combined.append(torch.stack(row_values) if row_values else torch.zeros(0))
-    if kind == "cross_entropy":
-        return -combined[0]
-    if kind == "token_prob":
-        return combined[0].exp()
-    if kind == "logit_diff":
-        return combined[0] - combined[1]
-    return combined[0]  # match
+        return kernel.sequence_scores(kind, columns, per_token)
