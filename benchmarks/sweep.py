@@ -18,6 +18,10 @@ the mid model, one by default: a round there is a few minutes of arithmetic on 2
   ``register_forward_hook``, then one patched forward: 2P forwards, the loop people write;
 - floor: one counterfactual forward with a hook on every layer the sweep reads, then one
   patched forward per point: P + 1 forwards, the least this sweep can cost;
+- nnsight floor, when nnsight imports: the same P + 1 loop written directly with nnsight
+  (``nnsight.LanguageModel(model, dispatch=False)``): one trace of the counterfactual prompts saving
+  every (layer, position) the sweep reads, then one trace per point writing the saved value into the
+  layer's output and saving the logits' last position — what nnsight itself costs over raw torch;
 - pyvene, when it imports: one ``IntervenableModel`` with a ``VanillaIntervention`` per point
   on the same model (it runs the source forward on every call: 2P);
 - the hooks and the nnterp engine, each plain (``cm.run(doc, share=False)``: 2P forwards),
@@ -35,7 +39,8 @@ plan: the same ids, mask and position ids the engines feed the model); the engin
 compile the document inside every timed run, as a user's ``cm.run`` does.
 
 How to read the table: ``median s`` is the median wall time of one whole sweep; ``x minimal``
-and ``x floor`` divide it by the minimal loop's and the floor's; ``forwards`` counts the
+and ``x floor`` divide it by the minimal loop's and the floor's, and ``x nnsight``, on the nnterp
+engine's rows (nnterp runs its forwards as nnsight traces), by the nnsight floor's; ``forwards`` counts the
 transformers model's calls in one sweep (a forward pre-hook on the model, or a wrapper on its
 ``forward`` where the variant hides the model or clears its hooks, as pyvene does); ``peak
 RSS`` is the process's ``ru_maxrss`` after its last round. Below each table, the largest
@@ -81,7 +86,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from sweep_loops import floor_sweep, minimal_sweep, prepared, pyvene_sweep
+from sweep_loops import floor_sweep, minimal_sweep, nnsight_floor_sweep, prepared, pyvene_sweep
 from workload import LAYERS, POSITIONS, ROWS, SIZES, Counter, build, max_difference
 
 ENGINES = ("hooks-plain", "hooks-shared", "hooks-at_once", "nnterp-plain", "nnterp-shared", "nnterp-at_once")
@@ -89,7 +94,8 @@ ENGINES = ("hooks-plain", "hooks-shared", "hooks-at_once", "nnterp-plain", "nnte
 # round), so the variants of a table share it. cpu always; cuda too when torch sees a GPU.
 DEVICE = os.environ.get("SWEEP_BENCH_DEVICE", "cpu")
 AT_ONCE = 8  # points per stacked call in the at_once mode: 24 points in 3 calls, 256 rows each
-HAND = ("minimal", "floor", "pyvene")
+HAND = ("minimal", "floor", "nnsight", "pyvene")
+OPTIONAL = {"nnsight": "nnsight", "pyvene": "pyvene"}  # a hand variant -> the module it needs
 TOLERANCE = 1e-4  # per-row logit_diff; the variants make the same float32 calls
 # The scale table's sizes (of workload.SCALE_POINTS); 10,000 points is the writing section's
 # (writing.py), whose run without an out folder is this table's run at that size.
@@ -100,23 +106,31 @@ SECTIONS = ("engines", "scale", "writing", "startup", "lens")
 # --- one variant in its own process -------------------------------------------------------------
 
 def hand_variant(name: str, directory: Path):
-    """(sweep(doc) -> values, counter) for a hand-written variant; None if pyvene does not import."""
-    if name == "pyvene":
+    """(sweep(doc) -> values, counter) for a hand-written variant; None if the module it needs
+    (pyvene, nnsight) does not import."""
+    if name in OPTIONAL:
         try:
-            importlib.import_module("pyvene")
+            importlib.import_module(OPTIONAL[name])
         except Exception as err:  # noqa: BLE001 - any failure to import is "not available here"
             return None, f"{type(err).__name__}: {err}"
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(directory / "models" / "model", device_map=DEVICE)
     model.eval().requires_grad_(False)
     counter = Counter(model, wrap=name == "pyvene")
-    loop = {"minimal": minimal_sweep, "floor": floor_sweep, "pyvene": pyvene_sweep}[name]
+    loop = {"minimal": minimal_sweep, "floor": floor_sweep, "nnsight": nnsight_floor_sweep,
+            "pyvene": pyvene_sweep}[name]
+    runs = model
+    if name == "nnsight":  # the same model, wrapped as it is (its calls still counted by the pre-hook)
+        import nnsight
+
+        runs = nnsight.LanguageModel(model, tokenizer=AutoTokenizer.from_pretrained(directory / "models" / "model"),
+                                     dispatch=False)
     # Tokenized once, before any timing: a hand-written loop's inputs are ready before its loop.
     plans = {doc: prepared(directory, doc, DEVICE) for doc in documents(directory)}
 
     def sweep(doc: Path) -> dict:
-        return loop(model, plans[doc])
+        return loop(runs, plans[doc])
     return (sweep, counter), None
 
 
@@ -270,7 +284,8 @@ def measure(directory: Path, names: list, rounds: int, threads: int) -> tuple[di
     return results, skipped
 
 
-LABELS = {"minimal": "minimal loop (2P)", "floor": "floor (P+1)", "pyvene": "pyvene",
+LABELS = {"minimal": "minimal loop (2P)", "floor": "floor (P+1)", "nnsight": "nnsight floor (P+1)",
+          "pyvene": "pyvene",
           "hooks-plain": "hooks, plain", "hooks-shared": "hooks, shared",
           "hooks-at_once": f"hooks, at_once={AT_ONCE}", "nnterp-plain": "nnterp, plain",
           "nnterp-shared": "nnterp, shared", "nnterp-at_once": f"nnterp, at_once={AT_ONCE}",
@@ -282,18 +297,22 @@ def report(size: str, params: int, results: dict, skipped: dict, rounds: int, th
     print(f"\n{size}: random Llama, {LAYERS} layers x {width} wide (MLP {mlp}), {params / 1e6:.2f}M parameters; "
           f"{LAYERS * len(POSITIONS)} points x {ROWS} rows; on {DEVICE}; {threads} torch thread(s); "
           f"median of {rounds} round(s)")
-    print(f"  {'variant':<24}{'median s':>10}{'x minimal':>11}{'x floor':>9}{'forwards':>10}{'peak RSS MiB':>14}")
+    print(f"  {'variant':<24}{'median s':>10}{'x minimal':>11}{'x floor':>9}{'x nnsight':>11}{'forwards':>10}"
+          f"{'peak RSS MiB':>14}")
     medians = {n: statistics.median(r["seconds"] for r in rs) for n, rs in results.items()}
     for n in LABELS:
         if n in skipped or n not in results:
             why = skipped.get(n, "")
-            text = ("not installed (pip install pyvene to compare)" if n == "pyvene" and "No module" in why
+            text = (f"not installed (pip install {OPTIONAL[n]} to compare)" if n in OPTIONAL and "No module" in why
                     else f"skipped: {why}")
             print(f"  {LABELS[n]:<24}{text}")
             continue
         last = results[n][-1]
+        # The nnterp engine runs its forwards as nnsight traces: its rows read against the nnsight floor too.
+        against = (f"{medians[n] / medians['nnsight']:>11.2f}" if n.startswith("nnterp") and "nnsight" in medians
+                   else f"{'':>11}")
         print(f"  {LABELS[n]:<24}{medians[n]:>10.3f}{medians[n] / medians['minimal']:>11.2f}"
-              f"{medians[n] / medians['floor']:>9.2f}{last['forwards']:>10}{last['peak_mib']:>14.0f}")
+              f"{medians[n] / medians['floor']:>9.2f}{against}{last['forwards']:>10}{last['peak_mib']:>14.0f}")
     print("  pytest: a fresh process per round, timed from the end of collection to the end of the session "
           "(model load, every item, the plugin's writes); 'after the model load': the same session from "
           "the end of the load")
@@ -416,7 +435,7 @@ def main(argv=None) -> int:
                 profile(Path(tmp) / size, opts.threads)
             return 0
         print(f"load average before: {load()} (other work on the cores makes every figure slower and noisier)")
-        names = ["minimal", "floor", *(["pyvene"] if importlib.util.find_spec("pyvene") else []), *ENGINES]
+        names = ["minimal", "floor", *[n for n in OPTIONAL if importlib.util.find_spec(OPTIONAL[n])], *ENGINES]
         devices = opts.devices.split(",") if opts.devices else ["cpu", *(["cuda"] if cuda_visible() else [])]
         sizes, sections = opts.sizes.split(","), opts.sections.split(",")
         for size in sizes if "engines" in sections else []:
@@ -426,8 +445,9 @@ def main(argv=None) -> int:
             for device in devices:  # each device's table in full, one after the other
                 DEVICE = os.environ["SWEEP_BENCH_DEVICE"] = device  # this process and its children
                 results, skipped = measure(directory, names, rounds, opts.threads)
-                if "pyvene" not in names:
-                    skipped["pyvene"] = "No module named 'pyvene'"
+                for n in OPTIONAL:
+                    if n not in names:
+                        skipped[n] = f"No module named {OPTIONAL[n]!r}"
                 report(size, params, results, skipped, rounds, opts.threads)
             DEVICE = os.environ["SWEEP_BENCH_DEVICE"] = "cpu"  # the sections after these tables: CPU
         if "small" in sizes:

@@ -1,6 +1,7 @@
 """The sweep benchmark's hand-written variants (``benchmarks/sweep.py``): what a researcher writes
-without the project — a minimal hook loop (2P forwards), the P + 1 floor, and pyvene's own loop —
-each returning ``{point: [logit_diff per row]}`` for the tables to hold every variant to."""
+without the project — a minimal hook loop (2P forwards), the P + 1 floor, the same floor written
+with nnsight's traces, and pyvene's own loop — each returning ``{point: [logit_diff per row]}`` for
+the tables to hold every variant to."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,7 +46,12 @@ def prepared(directory: Path, doc: Path, device: str) -> list[dict]:
 
 def logit_diffs(logits, point) -> list:
     """Per row, logit[a] - logit[b] at the last position (None where the metric excludes the row)."""
-    (a, b), last = point["ids"], logits[:, -1]
+    return last_logit_diffs(logits[:, -1], point)
+
+
+def last_logit_diffs(last, point) -> list:
+    """``logit_diffs`` of the last position's logits, already taken ``(rows, vocab)``."""
+    (a, b) = point["ids"]
     return [float(last[r, a[r]] - last[r, b[r]]) if ok else None for r, ok in enumerate(point["eligible"])]
 
 
@@ -113,6 +119,40 @@ def floor_sweep(model, points) -> dict:
         for point in points:
             value = saved[point["layer"], point["index"]]
             out[point["name"]] = logit_diffs(patched_forward(model, point, value), point)
+    return out
+
+
+def nnsight_floor_sweep(lm, points) -> dict:
+    """The floor written with nnsight (``lm``: ``nnsight.LanguageModel(model, dispatch=False)``): one
+    trace of the counterfactual prompts saving every (layer, position) the sweep reads, then one
+    trace per point writing the saved value into its layer's output and saving the logits' last
+    position. What nnsight itself costs over raw torch hooks, for the nnterp engine to be read
+    against. The trace blocks are nnsight's: their source is compiled from this file."""
+    import torch
+
+    if len({p["cf_ids"] for p in points}) != 1:
+        raise AssertionError("the points' counterfactual forwards differ: there is no single forward to share")
+    wanted: dict[int, set] = {}
+    for p in points:
+        wanted.setdefault(p["layer"], set()).add(p["index"])
+    layers = lm.model.layers
+    saved: dict = {}  # filled inside the trace: a name first bound there does not come back out
+    out = {}
+    with torch.no_grad():
+        with lm.trace(points[0]["cf"]):
+            for layer in sorted(wanted):
+                hidden = hidden_of(layers[layer].output)
+                for index in sorted(wanted[layer]):
+                    saved[layer, index] = hidden[:, index].clone().save()
+        for point in points:
+            value, index, got = saved[point["layer"], point["index"]], point["index"], {}
+            with lm.trace(point["base"]):
+                output = layers[point["layer"]].output
+                hidden = hidden_of(output).clone()
+                hidden[:, index] = value
+                layers[point["layer"]].output = replaced(output, hidden)
+                got["last"] = lm.lm_head.output[:, -1].save()
+            out[point["name"]] = last_logit_diffs(got["last"], point)
     return out
 
 

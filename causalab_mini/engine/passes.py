@@ -5,15 +5,20 @@ What the walk (``steps.py``) and the attribution pass (``attribution.py``) share
 pass's forwards window by window), and ``observe`` = ``prepare`` + the forwards + ``finish`` (the
 continuations placed, the metrics scored — ``score`` — the outputs published). Each calls the
 engine for exactly one thing, running a forward (``engine.forward``), and none touches the model.
+``walking`` is one walk's scope (``running/execution.py`` enters it): inside it, what the passes
+ask the engine's tokenizer is asked once, not once per pass.
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field, replace
-from typing import Optional
+from typing import Iterator, Optional
 
 import torch
 
 from ..errors import EngineError
+from ..metric_kinds import BUILT_IN, METRICS
 from ..ops import intervene, locate, metrics as metric_ops, reduce
 from ..plan.plan import Forward, Observe, WriteOp
 from . import progress, taps
@@ -65,6 +70,35 @@ def _ops(forward: Forward):
     return (*forward.writes, *forward.reads)
 
 
+# What a walk has asked its engine's tokenizer: a tokenizer's special prefix, by the tokenizer's id
+# (the tokenizer kept beside it, so the id stays its). None outside a walk (``walking``).
+_ASKED: ContextVar[Optional[dict]] = ContextVar("causalab_walk_prefixes", default=None)
+
+
+@contextmanager
+def walking() -> Iterator[None]:
+    """One walk of a plan (``running/execution.py`` runs every walk inside one): the engine's
+    tokenizer does not change while it walks, so it is asked for its special prefix once, not once
+    per pass — an encode of the empty string, which wakes the tokenizer's thread pool each time
+    (a sweep's passes ask it between forwards). Each walk asks afresh."""
+    token = _ASKED.set({})
+    try:
+        yield
+    finally:
+        _ASKED.reset(token)
+
+
+def _prefix(tok) -> int:
+    """The number of tokens ``tok`` puts before every prompt (``locate.special_prefix``)."""
+    asked = _ASKED.get()
+    if asked is None:
+        return len(locate.special_prefix(tok))
+    known = asked.get(id(tok))
+    if known is None or known[0] is not tok:
+        known = asked[id(tok)] = (tok, len(locate.special_prefix(tok)))
+    return known[1]
+
+
 def resolve(engine, forwards: tuple[Forward, ...], *, anchored: Optional[bool] = None,
             lent: Optional[dict] = None) -> tuple[tuple[Forward, ...], Optional[dict]]:
     """Every op's window per row, resolved against the engine's tokenizer; and where they acted.
@@ -76,7 +110,7 @@ def resolve(engine, forwards: tuple[Forward, ...], *, anchored: Optional[bool] =
     empty one is empty, and the tokens it addressed.
     """
     tok = engine.tokenizer
-    prefix = len(locate.special_prefix(tok))
+    prefix = _prefix(tok)
     if anchored is None:
         anchored = any(not op.where.fixed for f in forwards for op in _ops(f))
     record: Optional[dict] = {} if anchored else None
@@ -89,11 +123,7 @@ def resolve(engine, forwards: tuple[Forward, ...], *, anchored: Optional[bool] =
             frame = locate.build_frame(tok, f.ids, f.mask, f.segments, prefix=prefix)
             found = {op.name: locate.locate(frame, op.where, op.anchors) for op in prompt_ops}
         else:
-            found = {}
-            for op in prompt_ops:
-                windows = locate.cut_rows(spans, op.where)
-                found[op.name] = (tuple(w or () for w in windows),
-                                  tuple("" if w else locate.OUTSIDE for w in windows))
+            found = {op.name: locate.fixed_windows(spans, op.where) for op in prompt_ops}
         for op in prompt_ops:
             _check_rows(op, f, spans, *found[op.name])
             if record is not None:
@@ -130,9 +160,9 @@ def _check_skew(tok, forward: Forward, prefix: int) -> None:
 
 
 def _check_rows(op, forward: Forward, spans, windows, reasons) -> None:
-    empty = {r: why for r, (w, why) in enumerate(zip(windows, reasons)) if not w}
-    if not empty:
+    if all(windows):
         return
+    empty = {r: why for r, (w, why) in enumerate(zip(windows, reasons)) if not w}
     if op.where.scope is None:
         # A cut of the whole prompt names the same tokens on every row: a row it does not
         # fit is a document wrong about its own prompts (the compiler refused it on its
@@ -157,6 +187,8 @@ def _check_operands(forwards: tuple[Forward, ...], lent: dict) -> None:
                                          for g in forwards for r in g.reads):
                 continue  # a decode step's write acts on one position per row, and so does its operand
             mine, theirs = windows[w.name], windows[w.operand.value]
+            if mine is theirs:  # one cut of one prompt set (locate.fixed_windows): the same positions
+                continue
             bad = {r: (len(a), len(b)) for r, (a, b) in enumerate(zip(mine, theirs)) if len(a) != len(b)}
             if bad:
                 shown = {r: f"{a} here, {b} in {w.operand.value!r}" for r, (a, b) in bad.items()}
@@ -301,8 +333,9 @@ def finish(engine, obs: Observe, state: State, ready: Pass, values: dict, *, liv
     scored = {}
     eligible = {}
     excluded = {}
+    taken: dict = {}  # what this pass's built-in metrics share (score's ``taken``)
     for m in obs.metrics:
-        got = score(m, values, windows)
+        got = score(m, values, windows, taken)
         scored[m.name], eligible[m.name] = got.value, got.rows
         if got.excluded is not None:
             excluded[m.name] = got.excluded
@@ -356,12 +389,18 @@ def placed(m, windows: dict) -> tuple:
     return tuple(c and p for c, p in zip(m.column_eligible, found))
 
 
-def score(m, values: dict, windows: dict) -> Score:
+def score(m, values: dict, windows: dict, taken: Optional[dict] = None) -> Score:
     """Metric ``m`` on a pass's ``values``: only rows with a value in every answer column and a
     position in the read it scores and in every read its kind compares that one with; a row the
     kind leaves undefined is taken out with its reason. The value keeps its graph (attribution
-    differentiates it)."""
-    rows = placed(m, windows)
+    differentiates it).
+
+    ``taken``: what one pass's metrics share, made by the first that asks — the rows a metric can
+    score, and, given to built-in kinds only (they read what they are given and change none of
+    it), the scored rows of a read and the ids of a column: ``iia`` and ``logit_diff`` on one read
+    are given the same tensors. An extension's kind is always given its own."""
+    rows = placed(m, windows) if taken is None else \
+        _taken(taken, ("placed", m.of, m.reads, m.column_eligible), lambda: placed(m, windows))
     if not any(rows):
         raise EngineError(m.name, "no row survives both halves of eligibility (a value in every "
                           "column, and a position the run could place): a metric of nothing has "
@@ -369,9 +408,12 @@ def score(m, values: dict, windows: dict) -> Score:
     if m.sequence is not None:
         value, defined = _whole_answers(m, values, windows, rows), None
     else:
-        logits = _scored_rows(values[m.of], *windows[m.of], rows, m.name)
-        others = {slot: _scored_rows(values[op], *windows[op], rows, f"{m.name}.{slot}") for slot, op in m.reads}
-        ids = [torch.tensor([col[i] for i, ok in enumerate(rows) if ok], dtype=torch.long)
+        kept = [i for i, ok in enumerate(rows) if ok]
+        share = taken if taken is not None and METRICS[m.kind].origin == BUILT_IN else {}
+        logits = _taken(share, ("rows", m.of, rows), lambda: _scored_rows(values[m.of], *windows[m.of], rows, m.name))
+        others = {slot: _taken(share, ("rows", op, rows), lambda op=op, slot=slot: _scored_rows(
+            values[op], *windows[op], rows, f"{m.name}.{slot}")) for slot, op in m.reads}
+        ids = [_taken(share, ("ids", col, rows), lambda col=col: torch.tensor([col[i] for i in kept], dtype=torch.long))
                for col in m.token_ids]
         value, defined = metric_ops.scored(m.kind, logits, ids, reads=others, params=dict(m.params),
                                            path=m.name)
@@ -390,6 +432,13 @@ def score(m, values: dict, windows: dict) -> Score:
     return Score(value, rows, excluded)
 
 
+def _taken(taken: dict, key, make):
+    """``taken[key]``, made first if it is not there."""
+    if key not in taken:
+        taken[key] = make()
+    return taken[key]
+
+
 def _whole_answers(m, values: dict, windows: dict, rows: tuple):
     """A whole-answer metric's values at the scored rows: per answer column, each row's logits at
     the positions of its teacher-forced forward that predict the answer's tokens, and those tokens."""
@@ -406,9 +455,11 @@ def _scored_rows(value, window, ragged: bool, rows: tuple, path: str):
     """A read's ``(n, vocab)`` logits at the scored rows: its unit window squeezed off; a flat read
     (one entry per row whose position resolved) indexed by each scored row's place among those."""
     logits = metric_ops.squeeze_positions(value, ragged, path=path)
-    found = [len(w) > 0 for w in window]
-    places = [i for i, ok in enumerate(found) if ok] if ragged else list(range(len(found)))
-    take = [places.index(i) for i, ok in enumerate(rows) if ok]
+    if ragged:
+        places = [i for i, w in enumerate(window) if len(w) > 0]
+        take = [places.index(i) for i, ok in enumerate(rows) if ok]
+    else:  # a rectangle has every row: a scored row's place is its own
+        take = [i for i, ok in enumerate(rows) if ok]
     return logits.index_select(0, torch.tensor(take, dtype=torch.long, device=logits.device))
 
 

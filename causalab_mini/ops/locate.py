@@ -41,6 +41,15 @@ def cut_rows(spans: Sequence[tuple[int, int]], where: Where) -> tuple[Optional[W
     return tuple(cut(a, b, where) for a, b in spans)
 
 
+@lru_cache(maxsize=1024)
+def fixed_windows(spans: tuple[tuple[int, int], ...], where: Where) -> tuple[Window, tuple[str, ...]]:
+    """(window per row, reason per row) of a fixed cut: ``cut_rows``, a row it does not fit given
+    an empty window and ``OUTSIDE``. A sweep's passes cut the same prompts at the same few places,
+    so the answers are kept: they are tuples, made of nothing but these two arguments."""
+    windows = cut_rows(spans, where)
+    return tuple(w or () for w in windows), tuple("" if w else OUTSIDE for w in windows)
+
+
 def misfit(name: str, where: Where, spans: Sequence[tuple[int, int]], rows: Sequence[int]) -> tuple[str, str]:
     """(problem, fix) for a fixed cut that does not fit some rows — one wording for the
     compiler (its tokenizer) and the run (the served one)."""
@@ -76,12 +85,21 @@ def encode_rows(tok, texts: Sequence[str]) -> tuple[tuple[tuple[int, ...], ...],
     on the tokenizer's padding defaults; on the left, so every row's last token sits
     at the same index.
     """
-    encoded = [list(tok(t)["input_ids"]) for t in texts]
+    encoded = _encoded(tok, texts)
     width = max((len(e) for e in encoded), default=0)
     pad = pad_id(tok)
     ids = tuple(tuple([pad] * (width - len(e)) + e) for e in encoded)
     mask = tuple(tuple([0] * (width - len(e)) + [1] * len(e)) for e in encoded)
     return ids, mask
+
+
+def _encoded(tok, texts: Sequence[str]) -> list[list[int]]:
+    """Each text's ids exactly as ``tok(text)`` gives them alone. A fast tokenizer encodes a list
+    (unpadded) text by text in one call of its backend — the call it makes for one text — so the
+    rows are asked for together; any other tokenizer is asked text by text."""
+    if getattr(tok, "is_fast", False) is True and len(texts) > 1:
+        return [list(ids) for ids in tok(list(texts))["input_ids"]]
+    return [list(tok(t)["input_ids"]) for t in texts]
 
 
 def content_spans(mask: Sequence[Sequence[int]], prefix: int) -> tuple[tuple[int, int], ...]:

@@ -18,7 +18,8 @@ import math
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from functools import partial
+from typing import Any, Callable, Iterator, Optional, Union
 
 from ..errors import PlanError
 from ..formats import ROWS, format_of
@@ -32,12 +33,22 @@ class Result:
     (eligible) rows; ``rows`` and ``eligible`` keep every row, excluded ones included.
     """
 
-    def __init__(self, name: str, rows: list[dict], verification: Optional[dict] = None):
+    def __init__(self, name: str, rows: Union[list[dict], Callable[[], list[dict]]],
+                 verification: Optional[dict] = None):
         self.name = name
-        self.rows = rows
+        # The rows, or what makes them on first use: an executed point's rows are made from its
+        # plan only when read (a sweep scores several metrics at every point; a caller may read one).
+        self._rows = rows
         # Estimated by attribution and verified: the sweep's figures for this metric (spearman,
         # recall, error, ...; run.json's ``attribution``), the same at every point. None otherwise.
         self.verification = verification
+
+    @property
+    def rows(self) -> list[dict]:
+        """Every row as on disk, excluded ones included (``value`` None)."""
+        if callable(self._rows):
+            self._rows = self._rows()
+        return self._rows
 
     @property
     def values(self) -> tuple[float, ...]:
@@ -145,7 +156,7 @@ def scored_in_plan(plan: Plan) -> list[Scored]:
                  if format_of(s.file_path).holds == ROWS}
         for metric in step.metrics:
             if metric.name in step.results:
-                rows = metric_rows(step, metric.name, plan.produced_by)
+                rows = partial(metric_rows, step, metric.name, plan.produced_by)  # made when first read
                 figures = step.results.get("verification", {}).get(metric.name)
                 found.append(Scored(step_name, metric.name, Result(metric.name, rows, figures),
                                     files.get(metric.name)))

@@ -13,8 +13,9 @@ record (``write``):
    (a full disk stops here, and the previous run's folder is untouched);
 3. the folder is marked incomplete (``.causalab-incomplete``, listing every file of
    ours that may be in it) and the old run.json removed;
-4. the staged files are moved into place and the previous run's files that this
-   run does not write are removed;
+4. the staged files are moved into place (a top folder ``--out`` does not have yet — a
+   sweep point's, on a first run — in one rename, whole) and the previous run's files
+   that this run does not write are removed;
 5. one barrier (``files.barrier``) puts all of it on the disk;
 6. run.json is written, then the mark and the staging folder go.
 
@@ -52,47 +53,69 @@ STAGING = ".causalab-staging"  # where a run's files are written whole before th
 
 
 def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
-    """One object per row of the step's data, excluded rows included (``value: null``)."""
+    """One object per row of the step's data, excluded rows included (``value: null``).
+
+    Every point of a sweep makes these (its ``Result`` and its saved file), so what does not
+    change from row to row is looked up once, and a scored row's reason is its position's."""
     metric = next(m for m in step.metrics if m.name == name)
-    values = step.results[name].tolist()
-    eligible = step.results.get("eligible", {}).get(name, metric.column_eligible)
-    positions = step.results.get("positions", {}).get(metric.of)
-    excluded = step.results.get("excluded", {}).get(name)
-    rows, it = [], iter(values)
+    results = step.results
+    values = iter(results[name].tolist())
+    eligible = results.get("eligible", {}).get(name, metric.column_eligible)
+    recorded = results.get("positions", {})
+    positions = recorded.get(metric.of)
+    # The document fixed the position on every row (no record): there is nothing to report.
+    reasons = positions["reason"] if positions is not None else None
+    excluded = results.get("excluded", {}).get(name)
+    answers = _answers(metric) if metric.compared else None
+    tail = {"unit": metric.unit, "estimand_version": metric.estimand_version, "produced_by": produced_by}
+    rows = []
     for i, example_id in enumerate(step.example_ids):
         ok = bool(eligible[i])
-        row = {"example_id": example_id, "metric": name, "value": next(it) if ok else None,
+        reason = reasons[i] if reasons is not None else ""
+        if not ok:
+            reason = _excluded_reason(metric, recorded, excluded, i, reason)
+        row = {"example_id": example_id, "metric": name, "value": next(values) if ok else None,
                "eligible": ok}
-        if positions is not None:
-            row["positions"] = list(positions["rows"][i])
-            row["reason"] = positions["reason"][i]
-            row["tokens"] = positions["tokens"][i]
-        else:
-            # The document fixed the position on every row; there is nothing to report.
+        if positions is None:
             row["positions"] = None
-            row["reason"] = ""
-        if not ok and not row["reason"] and excluded is not None and excluded[i]:
-            row["reason"] = excluded[i]  # the kind left the row undefined (a zero denominator)
-        for _, other in metric.reads if not ok and not row["reason"] else ():
-            # Placed in this read, not in one its kind compares it with: that read's reason.
-            record = step.results.get("positions", {}).get(other)
-            if record is not None and record["reason"][i]:
-                row["reason"] = f"{other}: {record['reason'][i]}"
-                break
-        if not ok and not row["reason"] and not metric.column_eligible[i]:
-            # The column half excluded it (no answer, or two answers scoring one token) — say
-            # so even when the position half, reported above, found the position.
-            row["reason"] = metric.column_reasons[i] if metric.column_reasons else "no_answer"
-        if metric.compared:
-            # What was scored: each answer's text, the token it is scored by, and how many
-            # tokens the whole answer has (more than 1: scored on its first piece).
-            row["answers"] = {label: {"column": column, "text": metric.answers[k][i],
-                                      "token": metric.scored[k][i],
-                                      "tokens": None if metric.pieces[k][i] is None else len(metric.pieces[k][i])}
-                              for k, (label, column) in enumerate(metric.compared)}
-        row.update(unit=metric.unit, estimand_version=metric.estimand_version, produced_by=produced_by)
+            row["reason"] = reason
+        else:
+            row["positions"] = list(positions["rows"][i])
+            row["reason"] = reason
+            row["tokens"] = positions["tokens"][i]
+        if answers is not None:
+            row["answers"] = answers[i]
+        row.update(tail)
         rows.append(row)
     return rows
+
+
+def _excluded_reason(metric, recorded: dict, excluded, i: int, reason: str) -> str:
+    """Why an excluded row was: its position's reason; else the kind's (it left the row undefined,
+    a zero denominator); else the reason of a read its kind compares it with; else the column
+    half's (no answer, or two answers scoring one token)."""
+    if not reason and excluded is not None and excluded[i]:
+        reason = excluded[i]
+    for _, other in metric.reads if not reason else ():
+        # Placed in this read, not in one its kind compares it with: that read's reason.
+        record = recorded.get(other)
+        if record is not None and record["reason"][i]:
+            reason = f"{other}: {record['reason'][i]}"
+            break
+    if not reason and not metric.column_eligible[i]:
+        # Said even when the position half, reported above, found the position.
+        reason = metric.column_reasons[i] if metric.column_reasons else "no_answer"
+    return reason
+
+
+def _answers(metric) -> list[dict]:
+    """Per row, what was scored: each answer's text, the token it is scored by, and how many tokens
+    the whole answer has (more than 1: scored on its first piece) — a new object per row."""
+    labels = [label for label, _ in metric.compared]
+    per_answer = [[{"column": column, "text": text, "token": token, "tokens": None if piece is None else len(piece)}
+                   for text, token, piece in zip(metric.answers[k], metric.scored[k], metric.pieces[k])]
+                  for k, (_, column) in enumerate(metric.compared)]
+    return [dict(zip(labels, row)) for row in zip(*per_answer)]
 
 
 def saved_tensors(step) -> dict[str, dict]:
@@ -257,6 +280,8 @@ def _clean_orphans(out: Path, names) -> None:
         folder, _, name = rel.rpartition("/")
         by_folder.setdefault(folder, set()).add(name)
     for folder, here in by_folder.items():  # each folder listed once, however many files it holds
+        if folder and not os.path.isdir(os.path.join(out, folder)):
+            continue  # nothing there to clean (a first run's folders): no need to resolve its path
         where = _inside(out, f"{folder}/{next(iter(here))}" if folder else next(iter(here)))
         if where is None or not where.parent.is_dir():
             continue
@@ -279,34 +304,47 @@ def check_targets(out: Path, files) -> None:
         raise PlanError(INCOMPLETE, f"{mark} is a folder, and a run marks the folder it is writing with a "
                         "file of that name", f"remove {mark} (no run makes it a folder), then run again")
     checked: set[Path] = set()  # folders already held to both rules (a sweep's files share them)
+    absent: set[Path] = set()  # folders found missing: no file in one can be a folder
+    folders: dict[str, Path] = {}  # a file's folder as its path spells it -> that folder, held to both rules
     for rel in files:
+        spelled, _, name = rel.rpartition("/")
+        parent = folders.get(spelled) if name not in ("", ".", "..") else None
+        if parent is not None:  # its folder held already: only the file's own place is left to ask
+            if parent not in absent and (parent / name).is_dir():
+                raise PlanError(rel, f"{parent / name} is a folder, and the run writes a file there",
+                                "move that folder away, or save to another file_path")
+            continue
         target = out / rel
-        for parent in target.parents:
-            if parent == out or parent in checked:
+        for folder in target.parents:
+            if folder == out or folder in checked:
                 break
-            if parent.is_symlink():
-                raise PlanError(rel, f"{parent} is a symbolic link, and the run's files would land where it "
+            if folder.is_symlink():
+                raise PlanError(rel, f"{folder} is a symbolic link, and the run's files would land where it "
                                 "points, outside the run's folder", "remove the link, or write elsewhere with --out")
         if target.is_dir():
             raise PlanError(rel, f"{target} is a folder, and the run writes a file there",
                             "move that folder away, or save to another file_path")
-        for parent in target.parents:
-            if parent == out.parent or parent in checked:
+        for folder in target.parents:
+            if folder == out.parent or folder in checked:
                 break
-            if _not_a_folder(parent):
-                raise PlanError(rel, f"{parent} is a file, and the run needs a folder there",
+            kind = _folder_kind(folder)
+            if kind == "other":
+                raise PlanError(rel, f"{folder} is a file, and the run needs a folder there",
                                 "move that file away, or save to another file_path")
-            checked.add(parent)
+            if kind == "absent":
+                absent.add(folder)
+            checked.add(folder)
+        folders[spelled] = target.parent
 
 
-def _not_a_folder(path: Path) -> bool:
-    """``path`` is there and is not a folder — asked with one ``stat``: a run committing into the same
-    folder may remove an emptied folder between an ``exists`` and an ``is_dir``, which would read
-    as a file that is not there."""
+def _folder_kind(path: Path) -> str:
+    """``"folder"``, ``"absent"`` or ``"other"`` (there, and not a folder) — asked with one ``stat``: a
+    run committing into the same folder may remove an emptied folder between an ``exists`` and an
+    ``is_dir``, which would read as a file that is not there."""
     try:
-        return not stat.S_ISDIR(os.stat(path).st_mode)
+        return "folder" if stat.S_ISDIR(os.stat(path).st_mode) else "other"
     except (FileNotFoundError, NotADirectoryError):
-        return False
+        return "absent"
 
 
 def _left(out: Path) -> str:
@@ -322,17 +360,42 @@ def _commit(out: Path, stage: Path, files: dict, previous: set, ours: set) -> No
     write_atomic(out / INCOMPLETE, (json.dumps({"files": sorted(ours - {INCOMPLETE})}) + "\n").encode(),
                  durable=False)
     (out / RUN).unlink(missing_ok=True)
-    placed = []
-    for rel in files:
-        if rel != RUN:
-            (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(stage / rel, out / rel)
-            placed.append(out / rel)
+    _move_into_place(out, stage, [rel for rel in files if rel != RUN])
     _remove(out, previous - set(files))
-    barrier(out, placed)
+    barrier(out, [out / rel for rel in files if rel != RUN])
     write_atomic(out / RUN, files[RUN], durable=False)
     (out / INCOMPLETE).unlink()
     shutil.rmtree(stage, ignore_errors=True)
+
+
+def _move_into_place(out: Path, stage: Path, rels: list[str]) -> None:
+    """Every staged file to its place in ``out``. A top folder ``out`` does not have yet (a sweep
+    point's, on a first run) moves whole, in one rename: the staging folder holds exactly this
+    run's files, so its folder is exactly the files that land there. Any other file moves alone,
+    its folder made once."""
+    root, staged = os.fspath(out), os.fspath(stage)
+    made: set[str] = {""}
+    for top, names in _by_top_folder(rels).items():
+        if top and not os.path.lexists(os.path.join(root, top)):
+            os.replace(os.path.join(staged, top), os.path.join(root, top))
+            continue
+        for rel in names:
+            folder = os.path.dirname(rel)
+            if folder not in made:
+                os.makedirs(os.path.join(root, folder), exist_ok=True)
+                made.add(folder)
+            os.replace(os.path.join(staged, rel), os.path.join(root, rel))
+
+
+def _by_top_folder(rels: list[str]) -> dict[str, list[str]]:
+    """The relative paths by their first folder, in order; "" for a file at the top and for a path
+    spelled with ``.``, ``..`` or an empty part (its first folder may not be where it lands)."""
+    grouped: dict[str, list[str]] = {}
+    for rel in rels:
+        top, sep, _ = rel.partition("/")
+        plain = sep and all(part not in ("", ".", "..") for part in rel.split("/"))
+        grouped.setdefault(top if plain else "", []).append(rel)
+    return grouped
 
 
 def write(plan: Plan, out: Path, run_record: dict) -> list[Path]:
@@ -381,10 +444,14 @@ def _commit_owned(out: Path, files: dict[str, bytes]) -> list[Path]:
     _clean_orphans(out, ours)
     stage = out / STAGING
     rel = None
+    made: set[str] = set()  # the staging folders made so far: each made once, however many files it holds
     try:
         for rel, data in files.items():
             if rel != RUN:
-                (stage / rel).parent.mkdir(parents=True, exist_ok=True)
+                folder = os.path.dirname(rel)
+                if folder not in made:
+                    os.makedirs(os.path.join(stage, folder), exist_ok=True)
+                    made.add(folder)
                 write_new(stage / rel, data)
     except OSError as err:
         shutil.rmtree(stage, ignore_errors=True)

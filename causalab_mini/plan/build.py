@@ -9,6 +9,7 @@ returns is strings, integers and tuples.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Optional
 
@@ -28,8 +29,9 @@ from .plan import (Address, Epochs, FeaturizerSpec, Featurizers, Fit, Forward, M
                    OutputSpec, Plan, ReadOp, SaveSpec, Weights, WriteOp, group_taps)
 from .featurizer_files import bundle_header, space_width
 from . import attribution
+from .schedule import schedule
 from .share import share
-from .tokens import Tokenized, answer_tokens, tokenize_rows
+from .tokens import Tokenized, answer_tokens, answers_tokens, tokenize_rows
 
 BUFFER_BOUND = 256 * 2**20  # bytes a stacked continuation read may hold (rows × decode × width × 4)
 
@@ -54,12 +56,26 @@ class Context:
     datasets: dict = field(default_factory=dict, repr=False)  # dataset ref -> data.Dataset
     prompts: dict = field(default_factory=dict, repr=False)  # (dataset, field, rows) -> Tokenized
     metrics: dict = field(default_factory=dict, repr=False)  # (path, definition, read, rows, ...) -> Metric
+    metric_of: dict = field(default_factory=dict, repr=False)  # the same by the definition's id -> (it, Metric)
     pieces: dict = field(default_factory=dict, repr=False)  # token id -> its piece
+    # Fixed cuts found to fit every row of a prompt set (a sweep's points cut the same prompts at
+    # the same few places): (id of the Tokenized, cut) -> that Tokenized, kept so the id stays its.
+    fitted: dict = field(default_factory=dict, repr=False)
+    sites: dict = field(default_factory=dict, repr=False)  # id of a validated site -> (it, its address)
+
+    def locate(self, site, path: str):
+        """A site's address. The points of a sweep share the site's object where the sweep leaves
+        it alone (document/read.py): its address is found once (successes only, as ``answers``)."""
+        known = self.sites.get(id(site))
+        if known is None or known[0] is not site:
+            known = self.sites[id(site)] = (site, self.facts.locate(site, path=path, engine=self.engine))
+        return known[1]
 
     def tokenize(self, rendered: list, path: str) -> Tokenized:
         key = (tuple(rendered), path)
         if key not in self.tokenized:
-            self.tokenized[key] = tokenize_rows(self.facts.tokenizer, rendered, path=path)
+            known = next(iter(self.tokenized.values())).prefix if self.tokenized else None  # asked once
+            self.tokenized[key] = tokenize_rows(self.facts.tokenizer, rendered, path=path, prefix=known)
         return self.tokenized[key]
 
 
@@ -78,8 +94,7 @@ def build(raw: dict, points, ctx: Context) -> Plan:
 
 
 def compile_point(spec: Spec, ctx: Context, *, name: str, document: dict, coords=()) -> Plan:
-    addresses = {n: ctx.facts.locate(site, path=f"sites.{n}", engine=ctx.engine)
-                 for n, site in spec.sites.items()}
+    addresses = {n: ctx.locate(site, f"sites.{n}") for n, site in spec.sites.items()}
     compiler = _PointCompiler(spec, ctx, addresses)
     steps: dict = {}
     if spec.featurizers:
@@ -91,7 +106,7 @@ def compile_point(spec: Spec, ctx: Context, *, name: str, document: dict, coords
             steps[sname] = compiler.fit(sname, step)
         elif isinstance(step, WeightsStep):
             steps[sname] = compiler.weights(sname, step)
-    return Plan(name=name, steps=steps, document=document, produced_by=spec.produced_by,
+    return Plan(name=name, steps=steps, document=document, produced_by=compiler.produced_by,
                 coords=tuple(coords))
 
 
@@ -101,6 +116,12 @@ class _PointCompiler:
         self.tok = ctx.facts.tokenizer
         self.published: dict[str, Optional[int]] = {}  # output name -> width (None: not an operand)
         self.spaces = {n: self._space(n) for n in spec.featurizers}
+
+    @cached_property
+    def produced_by(self) -> str:
+        # The spec's digest, made once per point: ``Spec.produced_by`` dumps and hashes the whole
+        # point each time it is asked, and every pass, save and the plan of a point carry it.
+        return self.spec.produced_by
 
     # --- featurizers -------------------------------------------------------
     def _space(self, name: str) -> int:
@@ -218,14 +239,14 @@ class _PointCompiler:
     def weights(self, sname: str, step: WeightsStep) -> Weights:
         model = self.spec.model
         header = (("model", model.key), ("revision", model.revision or ""),
-                  ("produced_by", self.spec.produced_by))
+                  ("produced_by", self.produced_by))
         saves = []
         for s in step.saves:
             feat = self.spec.featurizers[s.value]
             address = self.addresses[feat.site]
             saves.append(SaveSpec(s.value, s.file_path, bundle_header(
                 model, address, feat.kind, address.width, self._k(s.value),
-                seed=feat.seed, produced_by=self.spec.produced_by)))
+                seed=feat.seed, produced_by=self.produced_by)))
         return Weights(name=sname, names=tuple(step.names), saves=tuple(saves), header=header)
 
     def _saves(self, step, iv, outputs) -> tuple[SaveSpec, ...]:
@@ -239,7 +260,7 @@ class _PointCompiler:
                 address = self.addresses[read.site]
                 d = self.spaces[read.featurizer] if read.featurizer else address.width
                 header = bundle_header(self.spec.model, address, out.reduce or "activations", d, out.k,
-                                       produced_by=self.spec.produced_by)
+                                       produced_by=self.produced_by)
             saves.append(SaveSpec(s.value, s.file_path, header))
         return tuple(saves)
 
@@ -253,7 +274,7 @@ class _PointCompiler:
         example_ids = tuple(ids[i] for i in rows)
         texts = {role: self._prompts(role, ds, rows) for role, ds in loaded.items()}
         forwards = tuple(self._forward(ipath, iv, model, role, loaded, rows, texts[role])
-                         for model, role in _schedule(ipath, iv, self.addresses))
+                         for model, role in schedule(ipath, iv, self.addresses))
         self._check_operands(ipath, iv, forwards)
         metrics = tuple(self._metric(f"{ipath}.metrics.{m}", m, metric, iv, loaded, rows)
                         for m, metric in iv.metrics.items())
@@ -263,17 +284,18 @@ class _PointCompiler:
         saves = self._saves(step, iv, outputs)
         return Observe(name=name, intervention=iv_name, forwards=forwards, metrics=metrics,
                        outputs=outputs, saves=saves, example_ids=example_ids,
-                       produced_by=self.spec.produced_by)
+                       produced_by=self.produced_by)
 
     def _prompts(self, role: str, ds, rows: list) -> Tokenized:
         """A role's rows rendered (a chat through the tokenizer's template) and tokenized."""
         field, path = self.spec.roles[role].field, f"roles.{role}.field"
         key = (id(ds), field, tuple(rows), path)  # ds: held by ctx.datasets for the context's life
-        if key not in self.ctx.prompts:
+        tokens = self.ctx.prompts.get(key)
+        if tokens is None:
             rendered = [render_row(self.tok, data_mod.get_field(ds.rows[i], field, path=path, row_index=i),
                                    path, i) for i in rows]
-            self.ctx.prompts[key] = self.ctx.tokenize(rendered, path)
-        return self.ctx.prompts[key]
+            tokens = self.ctx.prompts[key] = self.ctx.tokenize(rendered, path)
+        return tokens
 
     def _anchors(self, path: str, where, role: str, loaded: dict, rows, tokens: Tokenized) -> Optional[tuple]:
         """The per-row text a variable scope binds to; a segment scope needs a chat to find it in."""
@@ -402,10 +424,14 @@ class _PointCompiler:
         """A fixed cut names the same tokens on every row: a row it does not fit is a wrong document."""
         if not where.fixed:
             return
+        key = (id(tokens), where)
+        if self.ctx.fitted.get(key) is tokens:  # an earlier point's op found this cut fits these prompts
+            return
         spans = locate.content_spans(tokens.mask, tokens.prefix)
         misses = [i for i, w in enumerate(locate.cut_rows(spans, where)) if w is None]
         if misses:
             raise CompileError(f"{path}.pos", *locate.misfit(name, where, spans, misses))
+        self.ctx.fitted[key] = tokens
 
     def _check_operands(self, ipath: str, iv, forwards) -> None:
         reads = {r.name: (r, f) for f in forwards for r in f.reads}
@@ -437,10 +463,19 @@ class _PointCompiler:
         contrast, contrast_from = _contrast(name, metric, iv)
         # A frozen Metric depends on nothing else: every point of a sweep scoring this metric on
         # these rows shares one (ds: held by ctx.datasets for the context's life).
-        key = (path, name, metric, read.model, read.input, contrast, contrast_from, id(ds), tuple(rows))
-        if key not in self.ctx.metrics:
-            self.ctx.metrics[key] = self._made_metric(path, name, metric, read, ds, rows, contrast, contrast_from)
-        return self.ctx.metrics[key]
+        rest = (read.model, read.input, contrast, contrast_from, id(ds), tuple(rows))
+        # The points of a sweep share the definition's object where the sweep leaves it alone
+        # (document/read.py): found by it first, since hashing a definition dumps it to JSON.
+        same = self.ctx.metric_of.get((path, name, id(metric), *rest))
+        if same is not None and same[0] is metric:
+            return same[1]
+        key = (path, name, metric, *rest)
+        made = self.ctx.metrics.get(key)
+        if made is None:
+            made = self.ctx.metrics[key] = self._made_metric(path, name, metric, read, ds, rows, contrast,
+                                                             contrast_from)
+        self.ctx.metric_of[path, name, id(metric), *rest] = (metric, made)  # the definition kept: its id stays its
+        return made
 
     def _made_metric(self, path: str, name: str, metric, read, ds, rows, contrast, contrast_from) -> Metric:
         kind = METRICS[metric.kind]
@@ -451,6 +486,7 @@ class _PointCompiler:
         for label, column in compared:
             values = data_mod.column_values(ds, column, path=f"{path}.{label}")
             answers.append(tuple(values[i] for i in rows))
+            self._learn([values[i] for i in rows if values[i] is not None])
             pieces.append(tuple(None if values[i] is None else self._answer(values[i], f"{path}.{label}")
                                 for i in rows))
         reasons = []
@@ -503,6 +539,14 @@ class _PointCompiler:
             self.ctx.pieces[token_id] = self.tok.convert_ids_to_tokens(token_id)
         return self.ctx.pieces[token_id]
 
+    def _learn(self, values: list) -> None:
+        """The answers not known yet, asked of the tokenizer together; one it would refuse is left
+        to ``_answer``, which refuses it naming the field that asked."""
+        new = [key for key in dict.fromkeys(map(str, values)) if key not in self.ctx.answers]
+        for key, ids in zip(new, answers_tokens(self.tok, new)):
+            if ids is not None:
+                self.ctx.answers[key] = ids
+
     def _answer(self, value, path: str) -> tuple[int, ...]:
         # Only successes are kept, and they do not depend on ``path``: a refusal is made afresh
         # and names the field that asked.
@@ -554,40 +598,3 @@ def _check_pattern_alignment(path: str, source: Forward, target: Forward) -> Non
                            f"{source.input!r} pads to {source.tokens} and {target.input!r} to "
                            f"{target.tokens}, or their rows have different numbers of real tokens",
                            "pair prompts of the same token length")
-
-
-def _schedule(path: str, iv, addresses: dict) -> list[tuple[str, str]]:
-    """(model, input) pairs in an order where every operand is read before it is written."""
-    nodes: list[tuple[str, str]] = []
-    for r in iv.reads.values():
-        if (r.model, r.input) not in nodes:
-            nodes.append((r.model, r.input))
-    after: dict = {n: set() for n in nodes}
-    for node in nodes:
-        model = node[0]
-        if model == ORIGINAL:
-            continue
-        for wname in iv.models[model].writes:
-            w = iv.writes[wname]
-            if not isinstance(w.operand, str):
-                continue
-            src = iv.reads[w.operand]
-            source = (src.model, src.input)
-            if source == node:
-                if addresses[src.site].key >= addresses[w.site].key:
-                    raise CompileError(f"{path}.writes.{wname}.operand",
-                                       f"read {w.operand!r} is in the same pass and not before the write",
-                                       "read the operand from another model (e.g. \"original\")")
-                continue
-            after[node].add(source)
-    order: list = []
-    pending = list(nodes)
-    while pending:
-        ready = [n for n in pending if after[n] <= set(order)]
-        if not ready:
-            cycle = " → ".join(f"{m!r} on {i!r}" for m, i in pending)
-            raise CompileError(f"{path}.models", f"the passes read each other's values in a cycle: {cycle}",
-                               "take one side's operand from the un-written model \"original\"")
-        order.append(ready[0])
-        pending.remove(ready[0])
-    return order

@@ -30,9 +30,10 @@ class Tokenized:
     segments: Optional[tuple[dict, ...]]
 
 
-def tokenize_rows(tok, rendered: list[Rendered], *, path: str = "") -> Tokenized:
+def tokenize_rows(tok, rendered: list[Rendered], *, path: str = "", prefix: Optional[int] = None) -> Tokenized:
+    """``prefix``: what an earlier call with ``tok`` found it puts before every prompt (None: asked)."""
     ids, mask = locate.encode_rows(tok, [r.text for r in rendered])
-    prefix = len(locate.special_prefix(tok))
+    prefix = len(locate.special_prefix(tok)) if prefix is None else prefix
     segments = None
     if any(r.turns for r in rendered):
         segments = tuple(
@@ -81,7 +82,32 @@ def answer_tokens(tok, value, *, path: str) -> tuple[int, ...]:
         raise CompileError(path, f"the answer {value!r} is empty", "give the row a non-empty answer")
     head = tok("a", add_special_tokens=False)["input_ids"]
     full = tok("a " + word, add_special_tokens=False)["input_ids"]
-    if full[: len(head)] != head or len(full) == len(head):
+    continued = _continuation(head, full)
+    if continued is None:
         raise CompileError(path, f"{value!r} does not tokenize as a continuation on this tokenizer",
                            "use an answer the tokenizer can spell after a space")
+    return continued
+
+
+def answers_tokens(tok, values: list) -> list[Optional[tuple[int, ...]]]:
+    """``answer_tokens`` of each value, None where it would refuse (it says why, with the field
+    that asked). A fast tokenizer encodes a list text by text, so the answers are asked for in one
+    call (``locate.encode_rows``' reason); any other is asked answer by answer."""
+    words = [str(v).strip() for v in values]
+    said = [w for w in words if w]
+    if not said:
+        return [None] * len(words)
+    head = tok("a", add_special_tokens=False)["input_ids"]
+    if getattr(tok, "is_fast", False) is True and len(said) > 1:
+        encoded = iter(tok(["a " + w for w in said], add_special_tokens=False)["input_ids"])
+    else:
+        encoded = iter([tok("a " + w, add_special_tokens=False)["input_ids"] for w in said])
+    return [_continuation(head, next(encoded)) if w else None for w in words]
+
+
+def _continuation(head, full) -> Optional[tuple[int, ...]]:
+    """The ids ``full`` adds after ``head`` (what the model predicts after the word), or None when
+    it does not start with them or adds nothing."""
+    if full[: len(head)] != head or len(full) == len(head):
+        return None
     return tuple(full[len(head):])

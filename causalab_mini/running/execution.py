@@ -232,6 +232,7 @@ class Execution:
         return slot.error is not None or slot.ran
 
     def _walk(self, members: list[str]) -> None:
+        from ..engine.passes import walking
         from ..engine.steps import State
         from ..plan.attribution import attribution_steps
 
@@ -247,7 +248,7 @@ class Execution:
         # a group's walk carries the state the earlier groups left (the shared reads still lent).
         state = None if whole else (self.state if self.state is not None else State())
         try:
-            with self.clock.walk({k: k for k in members if not self.flat}):
+            with self.clock.walk({k: k for k in members if not self.flat}), walking():
                 walked = self.loaded.execute(plan, batch_size=self.options.batch_size,
                                              at_once=self.options.at_once, state=state)
         except Exception as err:  # noqa: BLE001 — each point of the group reports it
