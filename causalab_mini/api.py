@@ -162,15 +162,14 @@ def load(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", m
     for every document on that model. ``request``, for a remote engine (``ndif``): what its requests
     carry — ``"kernel"`` (the default: a stock server runs it) or ``"package"`` (the walk by
     reference, for a server with this causalab-mini installed)."""
-    from .plan.stock import KINDS
-
     doc = read(document)
     remote = engines.record(engine).remote if engine in engines.ENGINES else False
-    if request is not None and (not remote or request not in KINDS):
-        raise EngineError("request", f"request={request!r} " + (f"is not one of {', '.join(KINDS)}" if remote else
+    kinds = engines.REQUESTS
+    if request is not None and (not remote or request not in kinds):
+        raise EngineError("request", f"request={request!r} " + (f"is not one of {', '.join(kinds)}" if remote else
                           f"is for a remote engine, and {engine} runs here"),
-                          f"give one of {', '.join(KINDS)} with engine=\"ndif\"" if not remote else
-                          f"give one of {', '.join(KINDS)}")
+                          f"give one of {', '.join(kinds)} with engine=\"ndif\"" if not remote else
+                          f"give one of {', '.join(kinds)}")
     # A sweep may not change the model, so the first point names it; eager attention (which rounds
     # differently) is asked for only when some point taps the attention pattern.
     loaded = engines.engine_class(engine).load(doc.model, document=doc.path, models=models, device_map=device_map,

@@ -332,7 +332,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--cache", metavar="DIR", help="a result cache folder (made if missing): points whose "
                    "results it holds for this model, engine, dtype, batch size and package are not computed "
                    "again; the files written are the same")
-    p.add_argument("--ndif-request", choices=("kernel", "package"), default=None,
+    p.add_argument("--ndif-request", choices=engines.REQUESTS, default=None,
                    help="--engine ndif: what the request carries — kernel (default: the walk's forwards as data "
                         "and a torch-only kernel, which a stock NDIF server runs) or package (the walk itself, "
                         "for a server with this causalab-mini and nnterp installed; a fit needs it)")

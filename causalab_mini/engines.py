@@ -67,6 +67,11 @@ def local_names() -> tuple[str, ...]:
     return LOCAL_ENGINES
 
 
+# What a remote engine's request carries: the kernel and a program a stock server runs
+# (engine/request.py), or the walk itself by reference, for a server with this package installed.
+REQUESTS: tuple[str, ...] = ("kernel", "package")
+
+
 def remote_names() -> tuple[str, ...]:
     """The engines whose forwards run on a server (from a weightless shell here)."""
     return tuple(r.name for r in RECORDS if r.remote)

@@ -550,12 +550,18 @@ def project(model, spec, x):
     """A logit-lens read: the final norm's and the head's envoys called on ``x``, then the family's
     output transform (a multiplier, a divisor, a softcap)."""
     y = envoy(model, spec["head"])(envoy(model, spec["norm"])(x))
-    if spec["multiply"] is not None:
-        y = y * spec["multiply"]
-    if spec["divide"] is not None:
-        y = y / spec["divide"]
-    if spec["softcap"]:
-        y = torch.tanh(y / spec["softcap"]) * spec["softcap"]
+    return output_transform(y, spec["multiply"], spec["divide"], spec["softcap"])
+
+
+def output_transform(y, multiply, divide, softcap):
+    """The family's output transform, in the order its forward applies it: Cohere's scale, Granite's
+    divisor, Gemma-2/3's final softcap (``tanh(y / c) * c``)."""
+    if multiply is not None:
+        y = y * multiply
+    if divide is not None:
+        y = y / divide
+    if softcap:
+        y = torch.tanh(y / softcap) * softcap
     return y
 
 
@@ -579,6 +585,13 @@ def operand_of(spec, store):
     return value
 
 
+def window_of(op, act, step):
+    """An op's window into ``act``: the one the client resolved, or at a decode step the step's own."""
+    if step is None or op["step"] is None:
+        return op["window"], op["ragged"]
+    return last_window(act), False
+
+
 def run_tap(model, act, tap, store, feats, step):
     """One tap's writes in order, then its reads, on ``act`` (``engine/taps.run_tap``'s order)."""
     columns = tap["columns"]
@@ -587,8 +600,7 @@ def run_tap(model, act, tap, store, feats, step):
         if not fires(w["step"], step):
             continue
         mine = rows_of(act, w["rows"])
-        window, ragged = (w["window"], w["ragged"]) if step is None or w["step"] is None else \
-            (last_window(mine), False)
+        window, ragged = window_of(w, mine, step)
         x = gather(mine, window, ragged, columns)
         f0 = gather(rows_of(before, w["rows"]), window, ragged, columns) if w["needs_f0"] else None
         feat = feats[w["featurizer"]] if w["featurizer"] else {"kind": "identity"}
@@ -599,8 +611,7 @@ def run_tap(model, act, tap, store, feats, step):
         if not fires(r["step"], step):
             continue
         mine = rows_of(act, r["rows"])
-        window, ragged = (r["window"], r["ragged"]) if step is None or r["step"] is None else \
-            (last_window(mine), False)
+        window, ragged = window_of(r, mine, step)
         x = gather(mine, window, ragged, columns)
         if r["view"] == "logits":
             x = project(model, r["project"], x)

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import io
 import json
-import pickletools
 import sys
 
 import pytest
 import torch
 import zstandard
 from paths import DATA, MODELS, V2
+from pickles import imported_modules
 
 import causalab_mini as cm
 from causalab_mini.errors import EngineError
@@ -127,7 +127,7 @@ def test_a_kernel_request_runs_on_a_stock_server_and_carries_nothing_of_the_pack
                          for b in stock.exchanged)
     # Nothing is imported by reference from this project or nnterp (a module's name may appear as text:
     # the body's own ``__module__``); the kernel travels as its source.
-    imported = _imported(payload)
+    imported = imported_modules(payload)
     assert imported and not [m for m in imported if m.split(".")[0] in ("causalab_mini", "nnterp", "causalab_kernel")]
     assert b"def apply_groups(model, fw, store, feats, step)" in payload
     assert there.record["request"]["kind"] == "kernel" and "server" not in there.record
@@ -141,28 +141,6 @@ def test_a_kernel_request_runs_on_a_stock_server_and_carries_nothing_of_the_pack
     step = there.plan.steps["score"]
     for metric in ("iia", "logit_diff"):
         assert any(torch.equal(v, step.results[metric]) for v in came.values())
-
-
-def _imported(payload: bytes) -> set:
-    """The modules a pickle imports by reference: its GLOBAL opcodes, and its STACK_GLOBAL ones with
-    the two strings before them (memoized strings followed through the memo)."""
-    found, pushed, memo = set(), [], {}
-    for op, arg, _ in pickletools.genops(payload):
-        if op.name == "GLOBAL":
-            found.add(arg.split(" ")[0])
-        elif op.name == "STACK_GLOBAL":
-            found.add(pushed[-2])
-        elif op.name == "MEMOIZE":
-            memo[len(memo)] = pushed[-1] if pushed else None
-        elif op.name in ("BINPUT", "LONG_BINPUT", "PUT"):
-            memo[arg] = pushed[-1] if pushed else None
-        elif op.name in ("BINGET", "LONG_BINGET", "GET"):
-            pushed.append(memo.get(arg))
-        elif isinstance(arg, str):
-            pushed.append(arg)
-        else:
-            pushed.append(None)
-    return {m for m in found if m}
 
 
 def test_what_a_stock_server_cannot_run_is_refused_at_compile_time_by_name():

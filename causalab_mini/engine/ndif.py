@@ -27,7 +27,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from ..errors import EngineError
-from ..plan import stock
+from .. import engines
 from . import provenance, request
 from .nnterp import NNterpEngine, _plain_errors, _session_options
 
@@ -80,7 +80,7 @@ class NDIFEngine(NNterpEngine):
                 return super().execute(plan, remote=target, batch_size=batch_size, at_once=at_once)
             if self.request != "kernel":
                 raise EngineError("request", f"{self.request!r} is not what a request carries",
-                                  f"one of {', '.join(stock.KINDS)}")
+                                  f"one of {', '.join(engines.REQUESTS)}")
             options = _session_options(self.model, target)  # the shell's own checks (a local directory)
             plan.provenance.update(provenance.record(self, target, batch_size, at_once))
             with _plain_errors():

@@ -356,7 +356,7 @@ class Recorder:
     def program(self) -> dict:
         """The request's program. A metric whose reads come home anyway is scored here, not there."""
         local = {k for k, ins in self._scores.items() if _inputs(ins) <= self.home}
-        steps_ = [ins for ins in self.steps if ins.get("key") not in local or ins["op"] != "score"]
+        steps_ = [ins for ins in self.steps if ins.get("key") not in local]
         home = {k for k in self.home if k not in local and k.rsplit("/", 1)[0] not in local}
         return {"steps": steps_, "featurizers": self.featurizers, "home": sorted(home)}
 
@@ -487,9 +487,11 @@ def _recordable(plan: Plan) -> Plan:
     for name, step in plan.steps.items():
         if isinstance(step, Plan):
             _recordable(step)
-        elif isinstance(step, Observe) and _on_continuations(step):
+        elif isinstance(step, Observe):
             skipped = _on_continuations(step)
-            plan.steps[name] = dataclasses.replace(step, metrics=tuple(m for m in step.metrics if m not in skipped))
+            if skipped:
+                plan.steps[name] = dataclasses.replace(step, metrics=tuple(m for m in step.metrics
+                                                                           if m not in skipped))
     return plan
 
 

@@ -148,14 +148,8 @@ def logit_projection(norm: Callable[[Tensor], Tensor], head: Callable[[Tensor], 
     Both engines build their ``project`` here, so a lens read means the same on each.
     """
     def project(x: Tensor) -> Tensor:
-        y = head(norm(x))
-        if transform.multiply is not None:
-            y = y * transform.multiply
-        if transform.divide is not None:
-            y = y / transform.divide
-        if transform.softcap:
-            y = torch.tanh(y / transform.softcap) * transform.softcap
-        return y
+        # The transform is the kernel's, which a stock server applies to a remote lens read.
+        return kernel.output_transform(head(norm(x)), transform.multiply, transform.divide, transform.softcap)
 
     return project
 

@@ -11,7 +11,6 @@ from .. import vocab
 from ..errors import CompileError
 from .plan import Featurizers, Fit, Plan
 
-KINDS = ("kernel", "package")  # what a request carries: the kernel and a program, or the walk by reference
 PACKAGE = "send the request to a server with causalab-mini installed (--ndif-request package)"
 
 
