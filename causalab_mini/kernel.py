@@ -141,19 +141,11 @@ MECHANISMS = ("swap", "add_scaled", "lerp", "clamp", "gaussian", "renormalize")
 
 
 def mechanism(name):
-    """A built-in mechanism's function by name (the kernel holds no dict of functions: module state)."""
-    if name == "swap":
-        return swap
-    if name == "add_scaled":
-        return add_scaled
-    if name == "lerp":
-        return lerp
-    if name == "clamp":
-        return clamp
-    if name == "gaussian":
-        return gaussian
-    if name == "renormalize":
-        return renormalize
+    """A built-in mechanism's function by name (a dict made per call: the kernel keeps no module state)."""
+    found = {"swap": swap, "add_scaled": add_scaled, "lerp": lerp, "clamp": clamp, "gaussian": gaussian,
+             "renormalize": renormalize}.get(name)
+    if found is not None:
+        return found
     raise ValueError("kernel: unknown mechanism " + repr(name))
 
 
