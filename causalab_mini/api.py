@@ -204,7 +204,7 @@ def check_run_options(batch_size: Optional[int], at_once: int) -> None:
 def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", loaded=None, out=None,
         batch_size: Optional[int] = None, models=None, data=None, device_map: str = "cpu",
         trust_remote_code: bool = False, share: bool = True, cache=None, at_once: int = 1,
-        reads=None, plugins=None, request: Optional[str] = None) -> Run:
+        reads=None, plugins=None, request: Optional[str] = None, durable: bool = True) -> Run:
     """Run every point of the document and return them as a ``Run``.
 
     ``loaded``: an engine from ``load`` (its model reused; ``engine`` is then its name).
@@ -225,7 +225,9 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
     ``plugins``: extension modules (dotted names or modules) to load first, beside the installed
     ones (``causalab_mini.extensions``); a document using their kinds names them.
     ``request``: for ``engine="ndif"``, what its request carries (``load``'s); a loaded shell's is its own
-    (``shell.request``)."""
+    (``shell.request``).
+    ``durable``: ``out``'s files reach the disk before its run.json does (one barrier); False for a
+    scratch folder, where a machine's crash may lose files a kill cannot."""
     from .outputs.write import check_out
     from .running.assemble import document_run
     from .running.execution import Execution
@@ -258,7 +260,7 @@ def run(document: Union[PathLike, dict, Document], *, engine: str = "nnterp", lo
         _check_targets(out, execution)
     # "ndif" is the nnterp engine on a weightless shell, whose session goes to NDIF: where a run
     # happens is the engine's to say, not a second code path here.
-    return document_run(execution, out)
+    return document_run(execution, out, durable=durable)
 
 
 def _check_targets(out: Path, execution) -> None:

@@ -395,12 +395,15 @@ class Session:
             single = doc.point(name) if name is not None else doc
         execution = self._execution(doc, engine) if pending.document == valid.document else None
         slot = execution.key_of(doc.path, name) if execution is not None else None
+        # Under pytest's temporary directory (no --causalab-out) a point's folder is scratch, which
+        # pytest removes a few sessions on: committed whole, but not flushed to the disk.
+        durable = self.settings.out is not None
         if slot is not None:
-            ran = causalab_mini.point_run(execution, slot, self._out(doc.path, engine, shown))
+            ran = causalab_mini.point_run(execution, slot, self._out(doc.path, engine, shown), durable=durable)
         else:
             ran = causalab_mini.run(single, loaded=loaded, data=list(self.settings.data),
                                     out=self._out(doc.path, engine, shown), batch_size=pending.batch_size,
-                                    cache=self.settings.cache, at_once=self.settings.at_once)
+                                    cache=self.settings.cache, at_once=self.settings.at_once, durable=durable)
         if causalab_mini.cache.served(ran):
             self._served.add((doc.path, shown, engine))
         # What produced_by digests (the point's document without its header, defaults written out):

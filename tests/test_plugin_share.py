@@ -227,3 +227,25 @@ def test_x_stops_between_points(sweep):
     result = sweep.runpytest("--causalab-engine=hooks", "-x")
     result.assert_outcomes(failed=1)
     assert _calls(sweep) == 2  # the shared forward and the first point's own; nothing after it
+
+
+def test_scratch_point_folders_are_committed_unflushed_and_an_asked_for_out_is_flushed(sweep, monkeypatch):
+    """Without --causalab-out a point's folder is scratch under pytest's temporary directory: committed
+    whole (run.json, every file) but never flushed; with --causalab-out each point's folder is made
+    durable by its one barrier before its run.json."""
+    from causalab_mini.outputs import write as write_mod
+
+    barriers = []
+    original = write_mod.barrier
+    monkeypatch.setattr(write_mod, "barrier", lambda folder, written=(): (barriers.append(folder),
+                                                                          original(folder, written)))
+    scratch = sweep.runpytest("--causalab-engine=hooks", f"--basetemp={sweep.path / 'tmp'}")
+    scratch.assert_outcomes(passed=len(POINTS), warnings=len(POINTS))
+    folders = sorted(p.parent for p in (sweep.path / "tmp").rglob("run.json"))
+    assert [f.name for f in folders] == sorted(POINTS) and barriers == []
+    assert all(write_mod.state(f) == "complete" for f in folders)
+    kept = sweep.runpytest("--causalab-engine=hooks", "--causalab-out=out")
+    kept.assert_outcomes(passed=len(POINTS))
+    assert sorted(barriers) == sorted(sweep.path / "out" / "grid" / "hooks" / name for name in POINTS)
+    assert {f.name: folder_bytes(f) for f in folders} == \
+        {name: folder_bytes(sweep.path / "out" / "grid" / "hooks" / name) for name in POINTS}

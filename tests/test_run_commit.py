@@ -183,11 +183,16 @@ def test_a_kill_between_the_data_writes_and_the_barrier_is_never_a_finished_run(
     _assert_data_in_place_and_unfinished(second, out, after)
 
 
-def test_a_run_is_made_durable_by_one_barrier_before_its_commit_record(plans, tmp_path, monkeypatch):
+@pytest.mark.parametrize("over_previous", [False, True])
+def test_a_run_is_made_durable_by_one_barrier_before_its_commit_record(plans, tmp_path, monkeypatch, over_previous):
     """However many files a run writes, the writer flushes none of them alone: one barrier over the
-    folder, after every data file is in place and before run.json is renamed there."""
-    _, second = plans
+    folder, after every data file is in place and before run.json is renamed there — into an empty
+    folder (written in place) as over an earlier run (staged, then moved)."""
+    first, second = plans
+    after = _clean(second, tmp_path / "clean")
     out = tmp_path / "out"
+    if over_previous:
+        write_mod.write(first, out, first.provenance)
     events = []
     original_barrier, original_replace, original_fsync = write_mod.barrier, os.replace, os.fsync
 
@@ -195,7 +200,8 @@ def test_a_run_is_made_durable_by_one_barrier_before_its_commit_record(plans, tm
 
     def barrier(folder, written=()):
         written = list(written)
-        events.append(("barrier", Path(folder), sorted(str(p.relative_to(out)) for p in written)))
+        events.append(("barrier", Path(folder), sorted(str(p.relative_to(out)) for p in written),
+                       _without_leftovers(_snapshot(out))))
         inside[0] = True
         try:
             return original_barrier(folder, written)
@@ -215,16 +221,39 @@ def test_a_run_is_made_durable_by_one_barrier_before_its_commit_record(plans, tm
     monkeypatch.setattr(os, "replace", replace)
     monkeypatch.setattr(os, "fsync", fsync)
     write_mod.write(second, out, second.provenance)
+    assert _snapshot(out) == after
     barriers = [e for e in events if e[0] == "barrier"]
     assert len(barriers) == 1 and barriers[0][1] == out
-    # It covers every file of the run but run.json, each already in its place.
-    assert barriers[0][2] == sorted(set(_snapshot(out)) - {write_mod.RUN})
-    moved = [i for i, e in enumerate(events) if e[0] == "replace" and e[1].parent != out / write_mod.STAGING]
+    # It covers every file of the run but run.json, each already in its place with its bytes.
+    assert barriers[0][2] == sorted(set(after) - {write_mod.RUN})
+    in_place = barriers[0][3]
+    assert write_mod.RUN not in in_place and write_mod.INCOMPLETE in in_place
+    assert {rel: data for rel, data in in_place.items() if rel != write_mod.INCOMPLETE} == \
+        {rel: data for rel, data in after.items() if rel != write_mod.RUN}
     at = events.index(barriers[0])
     commit = next(i for i, e in enumerate(events) if e[0] == "replace" and e[1] == out / write_mod.RUN)
-    assert max(i for i in moved if i != commit) < at < commit
+    assert at < commit
     # No file flushed on its own outside the barrier (which, off Linux, fsyncs inside itself).
     assert [e for e in events if e[0] == "fsync"] == []
+
+
+def test_a_scratch_commit_takes_no_barrier_and_is_the_same_folder(plans, tmp_path, monkeypatch):
+    """``durable=False`` (the plugin's scratch folders): the same bytes, committed the same way, with
+    nothing flushed — into an empty folder and over an earlier run."""
+    first, second = plans
+    after = _clean(second, tmp_path / "clean")
+    flushed = []
+    monkeypatch.setattr(write_mod, "barrier", lambda *args, **kwargs: flushed.append(args))
+    monkeypatch.setattr(os, "fsync", lambda fd: flushed.append(fd))
+    for name, earlier in (("empty", None), ("over", first)):
+        out = tmp_path / name
+        if earlier is not None:
+            write_mod.write(earlier, out, earlier.provenance)
+            assert flushed  # the earlier, durable write took its barrier
+            flushed.clear()
+        write_mod.commit(out, write_mod.manifest(second, second.provenance), durable=False)
+        assert _snapshot(out) == after and write_mod.state(out) == "complete"
+        assert flushed == []
 
 
 def test_a_write_that_fails_half_way_leaves_the_previous_run(plans, tmp_path, monkeypatch):
@@ -366,7 +395,9 @@ def test_a_full_filesystem_leaves_the_previous_run_and_a_rerun_is_a_clean_run(tm
     for case, left in (("too_small", "no run is there"), ("full", "the previous run there is as it was")):
         r = report[case]
         assert r["rc"] == 2 and r["stderr"].startswith("error: WriteError: "), r["stderr"]
-        assert f"No space left on device while staging the run; {left}" in r["stderr"]
+        # Into an empty folder the files are written in place, over a run they are staged first.
+        doing = "writing" if case == "too_small" else "staging"
+        assert f"No space left on device while {doing} the run; {left}" in r["stderr"]
         assert "Traceback" not in r["stderr"]
     assert report["too_small"]["files"] == {}
     assert report["small"]["rc"] == 0 and report["small"]["files"] == as_hex["small"]

@@ -24,8 +24,9 @@ from ..timing import KEY as TIMING
 from .execution import Execution, Slot
 
 
-def document_run(execution: Execution, out: Optional[Path] = None) -> Run:
-    """The execution's one document, every selected point, as one Run (and one folder at ``out``)."""
+def document_run(execution: Execution, out: Optional[Path] = None, *, durable: bool = True) -> Run:
+    """The execution's one document, every selected point, as one Run (and one folder at ``out``;
+    ``durable``: ``outputs.write.commit``'s)."""
     execution.compute()
     (doc, _), = execution.docs
     slots = execution.shown()
@@ -48,13 +49,14 @@ def document_run(execution: Execution, out: Optional[Path] = None) -> Run:
         layout = slots[0].compiled if not swept else Plan(
             name="<root>", steps={s.name: s.compiled for s in slots}, document=doc.raw, produced_by=None)
         saved = {(f"{s.name}/" if swept else ""): _saved(execution, s) for s in slots}
-        ran.files = writer.commit(out, writer.manifest(layout, record, saved))
+        ran.files = writer.commit(out, writer.manifest(layout, record, saved), durable=durable)
     return ran
 
 
-def point_run(execution: Execution, key: str, folder: Optional[Path] = None) -> Run:
+def point_run(execution: Execution, key: str, folder: Optional[Path] = None, *, durable: bool = True) -> Run:
     """One point as its own run: equal to running ``doc.point(name)`` alone, its files byte for
-    byte in ``folder``; computes the point's group if it has not run."""
+    byte in ``folder`` (``durable``: ``outputs.write.commit``'s); computes the point's group if it
+    has not run."""
     slot = execution.slots[key]
     if slot.entry is None:
         execution.executed(key)  # refuses as its compile or its group's walk did
@@ -67,7 +69,8 @@ def point_run(execution: Execution, key: str, folder: Optional[Path] = None) -> 
         ran.cached = [point.name] if slot.entry is not None else []
     if folder is not None:
         layout = replace(slot.compiled, name="<root>", coords=())
-        ran.files = writer.commit(folder, writer.manifest(layout, record, {"": _saved(execution, slot)}))
+        ran.files = writer.commit(folder, writer.manifest(layout, record, {"": _saved(execution, slot)}),
+                                  durable=durable)
     return ran
 
 
