@@ -31,8 +31,11 @@ the mid model, one by default: a round there is a few minutes of arithmetic on 2
 - the pytest plugin running the document as items (``--causalab-engine=hooks``), a fresh
   pytest process per round as a user runs it, timed by a hook of this module's own from the
   end of collection to the end of the session (the model's load, every item and the plugin's
-  writes; interpreter start and collection not), and again from the end of the model's load
-  (``pytest_causalab_model_loaded``) — the plugin's own cost beside the engine's.
+  writes of each point's folder, scratch under pytest's temporary directory as without
+  ``--causalab-out``; interpreter start and collection not), and again from the end of the
+  model's load (``pytest_causalab_model_loaded``) — the plugin's own cost beside the engine's;
+  then pytest itself, a fresh process running as many empty items (what pytest's running and
+  reporting of that many items costs, which no plugin removes).
 
 The hand-written variants get their prompts tokenized once, before timing (from the compiled
 plan: the same ids, mask and position ids the engines feed the model); the engines read and
@@ -215,29 +218,56 @@ def pytest_causalab_model_loaded(key, engine, config) -> None:
 def pytest_sessionfinish(session, exitstatus) -> None:
     if "SWEEP_BENCH_REPORT" not in os.environ or "start" not in _CLOCK:
         return
+    end = time.perf_counter()
     Path(os.environ["SWEEP_BENCH_REPORT"]).write_text(json.dumps({
-        "seconds": time.perf_counter() - _CLOCK["start"], "forwards": _CLOCK["forwards"],
-        "after_load": time.perf_counter() - _CLOCK["loaded"],
+        "seconds": end - _CLOCK["start"], "forwards": _CLOCK["forwards"],
+        "after_load": end - _CLOCK.get("loaded", _CLOCK["start"]),
         "exitstatus": int(exitstatus), "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 
 
-def plugin_round(directory: Path, threads: int, k: int) -> dict:
-    """One fresh pytest process over the sweep document; its values read back from --causalab-out."""
-    report, out = directory / f"pytest{k}.json", directory / f"pytest-out{k}"
+# pytest's own cost of a session of this many items, with nothing in them: the part of the plugin's
+# time no plugin can remove (collection is not timed; running, reporting and the summary are).
+EMPTY_ITEMS = f"""
+import pytest
+
+@pytest.mark.parametrize("point", range({LAYERS * len(POSITIONS)}))
+def test_point(point):
+    assert point >= 0
+"""
+
+
+def pytest_process(directory: Path, threads: int, k: int, args: list) -> dict:
+    """One fresh pytest process in ``directory``, timed by this module's hooks; its report."""
+    report = directory / f"pytest{k}.json"
+    report.unlink(missing_ok=True)
     env = {**os.environ, "SWEEP_BENCH_REPORT": str(report), "SWEEP_BENCH_THREADS": str(threads),
            "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
     env.pop("CI", None)  # a local run: the temporary document has no committed baseline to hold it to
-    cmd = [sys.executable, "-m", "pytest", "sweep.causalab.json", "--causalab-engine=hooks", "-p", "no:cacheprovider",
-           "-p", "sweep", "-q", f"--causalab-models={directory / 'models'}", f"--causalab-data={directory / 'data'}",
-           f"--causalab-device-map={DEVICE}",
-           f"--causalab-out={out}", f"--basetemp={directory / f'pytest-tmp{k}'}"]
+    cmd = [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "-p", "sweep", "-q"]
     done = subprocess.run(cmd, cwd=directory, env=env, capture_output=True, text=True)
     if not report.exists() or done.returncode != 0:
         raise RuntimeError(f"pytest variant failed (rc {done.returncode}):\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    result = json.loads(report.read_text())
+    return json.loads(report.read_text())
+
+
+def plugin_round(directory: Path, threads: int, k: int) -> dict:
+    """One fresh pytest process over the sweep document as a user runs it (no --causalab-out: each
+    point's folder is scratch under pytest's temporary directory); its values read back from there."""
+    scratch = directory / f"pytest-tmp{k}"
+    result = pytest_process(directory, threads, k, [
+        "sweep.causalab.json", "--causalab-engine=hooks", f"--causalab-models={directory / 'models'}",
+        f"--causalab-data={directory / 'data'}", f"--causalab-device-map={DEVICE}", f"--basetemp={scratch}"])
     result["values"] = {Path(f).parent.name: [r["value"] for r in json.loads(Path(f).read_text())]
-                        for f in glob.glob(str(out / "**" / "logit_diff.json"), recursive=True)}
+                        for f in glob.glob(str(scratch / "**" / "logit_diff.json"), recursive=True)}
+    if len(result["values"]) != LAYERS * len(POSITIONS):
+        raise RuntimeError(f"the plugin wrote {len(result['values'])} point folders under {scratch}")
     return result
+
+
+def empty_items_round(directory: Path, threads: int, k: int) -> dict:
+    """pytest itself: a fresh process running as many empty items as the sweep has points."""
+    (directory / "test_empty_items.py").write_text(EMPTY_ITEMS)
+    return pytest_process(directory, threads, k, ["test_empty_items.py", f"--basetemp={directory / f'empty-tmp{k}'}"])
 
 
 # --- the parent: build, take turns, print ---------------------------------------------------------
@@ -276,6 +306,7 @@ def measure(directory: Path, names: list, rounds: int, threads: int) -> tuple[di
         plugin = plugin_round(directory, threads, k)
         results["pytest"].append(plugin)
         results.setdefault("pytest-items", []).append({**plugin, "seconds": plugin["after_load"]})
+        results.setdefault("pytest-empty", []).append(empty_items_round(directory, threads, k))
     for proc in procs.values():
         proc.stdin.close()
         proc.wait()
@@ -289,7 +320,8 @@ LABELS = {"minimal": "minimal loop (2P)", "floor": "floor (P+1)", "nnsight": "nn
           "hooks-plain": "hooks, plain", "hooks-shared": "hooks, shared",
           "hooks-at_once": f"hooks, at_once={AT_ONCE}", "nnterp-plain": "nnterp, plain",
           "nnterp-shared": "nnterp, shared", "nnterp-at_once": f"nnterp, at_once={AT_ONCE}",
-          "pytest": "pytest plugin (hooks)", "pytest-items": "  after the model load"}
+          "pytest": "pytest plugin (hooks)", "pytest-items": "  after the model load",
+          "pytest-empty": "  pytest itself"}
 
 
 def report(size: str, params: int, results: dict, skipped: dict, rounds: int, threads: int) -> None:
@@ -314,13 +346,14 @@ def report(size: str, params: int, results: dict, skipped: dict, rounds: int, th
         print(f"  {LABELS[n]:<24}{medians[n]:>10.3f}{medians[n] / medians['minimal']:>11.2f}"
               f"{medians[n] / medians['floor']:>9.2f}{against}{last['forwards']:>10}{last['peak_mib']:>14.0f}")
     print("  pytest: a fresh process per round, timed from the end of collection to the end of the session "
-          "(model load, every item, the plugin's writes); 'after the model load': the same session from "
-          "the end of the load")
-    values = {n: rs[-1]["values"] for n, rs in results.items()}
+          "(model load, every item, the plugin's writes of each point's scratch folder); 'after the model load': "
+          f"the same session from the end of the load; 'pytest itself': {LAYERS * len(POSITIONS)} empty items, "
+          "what pytest costs with no plugin work (x floor: its share of the plugin's)")
+    values = {n: rs[-1]["values"] for n, rs in results.items() if "values" in rs[-1]}
     pairs = [(f"{e}: shared vs plain", f"{e}-shared", f"{e}-plain") for e in ("hooks", "nnterp")]
     pairs += [(f"{e}: at_once vs shared", f"{e}-at_once", f"{e}-shared") for e in ("hooks", "nnterp")]
     pairs += [(f"{LABELS[n]} vs minimal loop", n, "minimal") for n in LABELS
-              if n in values and n not in ("minimal", "pytest-items")]
+              if n in values and n not in ("minimal", "pytest-items", "pytest-empty")]
     print("  max |logit_diff difference| per row:")
     for label, a, b in pairs:
         diff = max_difference(values[a], values[b])

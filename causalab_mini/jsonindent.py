@@ -21,7 +21,7 @@ def dumps(value: Any) -> str:
     """``json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)``; a ValueError for a NaN
     or an infinity, a TypeError for what JSON cannot hold, as it raises them."""
     parts: list[str] = []
-    _write(value, "\n", parts)
+    _write(value, "\n", parts, {})
     return "".join(parts)
 
 
@@ -50,7 +50,10 @@ _LEAVES = {str: _string, int: int.__repr__, float: _float, bool: lambda b: "true
            type(None): lambda _: "null"}
 
 
-def _write(value: Any, newline: str, parts: list) -> None:
+def _write(value: Any, newline: str, parts: list, heads: dict) -> None:
+    """``heads``: per indentation, each key's text with what goes before it ("{" or "," and the
+    line's indent) and the ": " after — made once per call of ``dumps``, since a run's files repeat
+    the same few keys on every row."""
     leaf = _LEAVES.get(type(value))
     if leaf is not None:
         parts.append(leaf(value))
@@ -59,39 +62,46 @@ def _write(value: Any, newline: str, parts: list) -> None:
             parts.append("[]")
             return
         inner = newline + " "
-        parts.append("[")
-        between = inner
+        between, rest = "[" + inner, "," + inner
         for item in value:
             leaf = _LEAVES.get(type(item))
             if leaf is not None:
                 parts.append(between + leaf(item))
             else:
                 parts.append(between)
-                _write(item, inner, parts)
-            between = "," + inner
+                _write(item, inner, parts, heads)
+            between = rest
         parts.append(newline + "]")
     elif isinstance(value, dict):
         if not value:
             parts.append("{}")
             return
         inner = newline + " "
-        parts.append("{")
-        between = inner
+        known = heads.get(inner)
+        if known is None:
+            known = heads[inner] = ({}, {})  # (the first key's heads, every later key's)
+        first, later = known
+        table, opening = first, "{"
         for key, item in value.items():
-            head = between + (_string(key) if type(key) is str else _key(key)) + ": "
+            if type(key) is str:
+                head = table.get(key)
+                if head is None:
+                    head = table[key] = opening + inner + _string(key) + ": "
+            else:  # not cached: 1, 1.0 and True are one dict key, and three spellings
+                head = opening + inner + _key(key) + ": "
             leaf = _LEAVES.get(type(item))
             if leaf is not None:
                 parts.append(head + leaf(item))
             else:
                 parts.append(head)
-                _write(item, inner, parts)
-            between = "," + inner
+                _write(item, inner, parts, heads)
+            table, opening = later, ","
         parts.append(newline + "}")
     else:
-        _write_subclass(value, newline, parts)
+        _write_subclass(value, newline, parts, heads)
 
 
-def _write_subclass(value: Any, newline: str, parts: list) -> None:
+def _write_subclass(value: Any, newline: str, parts: list, heads: dict) -> None:
     """A value of no exact JSON type, checked in json's own order (str, None, True, False, int,
     float): a subclass of one is spelled by its base's rule."""
     if isinstance(value, str):
@@ -101,6 +111,6 @@ def _write_subclass(value: Any, newline: str, parts: list) -> None:
     elif isinstance(value, float):
         parts.append(_float(value))
     elif isinstance(value, (list, tuple, dict)):
-        _write(list(value) if not isinstance(value, dict) else dict(value), newline, parts)
+        _write(list(value) if not isinstance(value, dict) else dict(value), newline, parts, heads)
     else:
         raise TypeError(f"Object of type {value.__class__.__name__} is not JSON serializable")

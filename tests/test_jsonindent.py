@@ -70,3 +70,9 @@ def test_what_json_cannot_hold_is_a_type_error_as_in_json(bad):
         reference(bad)
     with pytest.raises(TypeError):
         jsonindent.dumps(bad)
+
+
+def test_keys_equal_as_dict_keys_keep_their_own_spellings():
+    """1, 1.0 and True are one dict key but three spellings; dicts at the same depth do not share them."""
+    value = [{1: "a", "k": 0}, {True: "b", "k": 1}, {1.0: "c"}, {None: 1, "k": 2}]
+    assert jsonindent.dumps(value) == json.dumps(value, indent=1, ensure_ascii=False, allow_nan=False)
