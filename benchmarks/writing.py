@@ -17,7 +17,7 @@ point ``running.assemble._saved``: its executed plan looked up, its saves made; 
 (``outputs.write.commit``: staging, the mark, moving into place, the one barrier, run.json last).
 
 How to read the table: ``no out s`` and ``first s`` are median wall seconds of one whole run (sizes
-under 1,000 points run ``--rounds`` times, larger ones once: each is minutes); ``first / no out``
+up to 1,000 points run ``--rounds`` times, larger ones once: each is minutes); ``first / no out``
 is what the folder costs as a multiple of the run; ``checks s``, ``made s`` and ``commit s`` are the
 first run's seconds in those functions and ``write %`` their sum as a percent of its wall time (the
 rest of ``first - no out`` is noise between two runs, or writing work outside them); ``files`` and
@@ -52,7 +52,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))  # run as a script from anywhere: the checkout's package
 
 POINTS = (100, 1000, 10000)
-ROUNDED_BELOW = 1000  # sizes under this many points are seconds long: the median of --rounds
+ROUNDED_UP_TO = 1000  # sizes up to this many points take seconds to a minute: the median of --rounds
 # What only a run with out= does, by column (write % is their sum): module attributes the run looks
 # up at call time (api.run calls _check_targets, assemble.py calls _saved, writer.manifest and
 # writer.commit), so wrapping them in place times every call. A run that stops calling one of them
@@ -167,7 +167,7 @@ def child(directory: Path, threads: int, sizes: list, rounds: int) -> None:
     say(answers, ready=True)
     for points in sizes:
         doc = directory / f"scale{points}.causalab.json"
-        n = rounds if points < ROUNDED_BELOW else 1
+        n = rounds if points <= ROUNDED_UP_TO else 1
         say(answers, points=points, rounds=[one_round(cm, doc, run_kwargs, timers, scratch)
                                              for _ in range(n)])
 
@@ -223,8 +223,8 @@ def goals(rows: list) -> list[str]:
 def report_writing(directory: Path, threads: int, sizes: list, rounds: int = 3) -> None:
     """The section: one child over every size, a line per size as it finishes, then the goals."""
     print(f"\nwriting a run's folder, small model: scale documents run shared on hooks from one load, "
-          f"without out= and as a first run into a fresh folder; {threads} torch thread(s); sizes under "
-          f"{ROUNDED_BELOW:,} points: median of {rounds} round(s), others once")
+          f"without out= and as a first run into a fresh folder; {threads} torch thread(s); sizes up to "
+          f"{ROUNDED_UP_TO:,} points: median of {rounds} round(s), others once")
     print(HEADER, flush=True)
     run = Child(HERE / "writing.py", ["--child", "--dir", directory, "--threads", threads,
                                       "--points", ",".join(map(str, sizes)), "--rounds", rounds],
@@ -247,7 +247,7 @@ def main(argv=None) -> int:
     parser.add_argument("--points", default=",".join(map(str, POINTS)),
                         help="comma-separated sizes, of 100, 500, 1000, 10000 (default 100,1000,10000)")
     parser.add_argument("--rounds", type=int, default=3,
-                        help=f"rounds per size under {ROUNDED_BELOW:,} points (default 3)")
+                        help=f"rounds per size up to {ROUNDED_UP_TO:,} points (default 3)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
