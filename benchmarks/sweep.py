@@ -236,12 +236,16 @@ def test_point(point):
 """
 
 
-def pytest_process(directory: Path, threads: int, k: int, args: list) -> dict:
+def run_pytest(directory: Path, threads: int, k: int, args: list) -> dict:
     """One fresh pytest process in ``directory``, timed by this module's hooks; its report."""
     report = directory / f"pytest{k}.json"
     report.unlink(missing_ok=True)
     env = {**os.environ, "SWEEP_BENCH_REPORT": str(report), "SWEEP_BENCH_THREADS": str(threads),
-           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")])}
+           "PYTHONPATH": os.pathsep.join([str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")]),
+           # Compiled modules cached (nothing written into the checkout), whatever the environment
+           # says: the modules a session imports after the model's load are not compiled in its time.
+           "PYTHONPYCACHEPREFIX": str(directory / "pycache")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.pop("CI", None)  # a local run: the temporary document has no committed baseline to hold it to
     cmd = [sys.executable, "-m", "pytest", *args, "-p", "no:cacheprovider", "-p", "sweep", "-q"]
     done = subprocess.run(cmd, cwd=directory, env=env, capture_output=True, text=True)
@@ -254,7 +258,7 @@ def plugin_round(directory: Path, threads: int, k: int) -> dict:
     """One fresh pytest process over the sweep document as a user runs it (no --causalab-out: each
     point's folder is scratch under pytest's temporary directory); its values read back from there."""
     scratch = directory / f"pytest-tmp{k}"
-    result = pytest_process(directory, threads, k, [
+    result = run_pytest(directory, threads, k, [
         "sweep.causalab.json", "--causalab-engine=hooks", f"--causalab-models={directory / 'models'}",
         f"--causalab-data={directory / 'data'}", f"--causalab-device-map={DEVICE}", f"--basetemp={scratch}"])
     result["values"] = {Path(f).parent.name: [r["value"] for r in json.loads(Path(f).read_text())]
@@ -267,7 +271,7 @@ def plugin_round(directory: Path, threads: int, k: int) -> dict:
 def empty_items_round(directory: Path, threads: int, k: int) -> dict:
     """pytest itself: a fresh process running as many empty items as the sweep has points."""
     (directory / "test_empty_items.py").write_text(EMPTY_ITEMS)
-    return pytest_process(directory, threads, k, ["test_empty_items.py", f"--basetemp={directory / f'empty-tmp{k}'}"])
+    return run_pytest(directory, threads, k, ["test_empty_items.py", f"--basetemp={directory / f'empty-tmp{k}'}"])
 
 
 # --- the parent: build, take turns, print ---------------------------------------------------------
@@ -297,6 +301,10 @@ def measure(directory: Path, names: list, rounds: int, threads: int) -> tuple[di
         if "skip" in first:
             skipped[n] = first["skip"]
             procs.pop(n).wait()
+    # The pytest processes' first session, untimed: it compiles every module they import (into the
+    # cache run_pytest points them at), as an installed package's are.
+    plugin_round(directory, threads, -1)
+    empty_items_round(directory, threads, -1)
     results: dict = {n: [] for n in [*procs, "pytest"]}
     for k in range(rounds):
         for n, proc in procs.items():  # one at a time: the variants never compete for the cores
