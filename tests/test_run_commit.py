@@ -277,6 +277,31 @@ def test_a_write_that_fails_half_way_leaves_the_previous_run(plans, tmp_path, mo
     assert _snapshot(out) == before and write_mod.state(out) == "complete"
 
 
+@pytest.mark.parametrize("failing", [1, 3])
+def test_a_first_write_that_fails_leaves_an_empty_folder(plans, tmp_path, monkeypatch, failing):
+    """A full disk on a first run, at the mark (write 1) or at a data file (write 3): a typed
+    refusal, nothing of the run left (the folder reads as empty), and a rerun is a clean run's."""
+    _, second = plans
+    after = _clean(second, tmp_path / "clean")
+    out = tmp_path / "out"
+    calls = [0]
+    original = write_mod.write_new
+
+    def full(path, data):
+        calls[0] += 1
+        if calls[0] == failing:
+            raise OSError(28, "No space left on device")
+        return original(path, data)
+
+    monkeypatch.setattr(write_mod, "write_new", full)
+    with pytest.raises(WriteError, match="No space left on device while writing the run; no run is there"):
+        write_mod.write(second, out, second.provenance)
+    assert _snapshot(out) == {} and write_mod.state(out) == "empty"
+    monkeypatch.setattr(write_mod, "write_new", original)
+    write_mod.write(second, out, second.provenance)
+    assert _snapshot(out) == after
+
+
 def test_files_take_the_umask(plans, tmp_path):
     old = os.umask(0o022)
     try:

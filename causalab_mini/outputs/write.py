@@ -442,10 +442,10 @@ def _commit_fresh(out: Path, files: dict[str, bytes], durable: bool) -> list[Pat
     the mark removed. A kill leaves the mark: the folder is incomplete, and the next write removes
     every file it lists. A failed write (a full disk) removes what it wrote: the folder is empty."""
     rels = [rel for rel in files if rel != RUN]
-    write_new(out / INCOMPLETE, (json.dumps({"files": sorted(files)}) + "\n").encode())
     made: set[str] = {""}
     rel = INCOMPLETE
     try:
+        write_new(out / INCOMPLETE, (json.dumps({"files": sorted(files)}) + "\n").encode())
         for rel in rels:
             folder = os.path.dirname(rel)
             if folder not in made:
