@@ -41,7 +41,6 @@ import functools
 import gc
 import importlib
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -152,7 +151,11 @@ def one_round(cm, doc: Path, run_kwargs: dict, timers: dict, scratch: Path) -> d
     del ran
     assert_same(kept, values(cm.open(out)), f"{doc.name}: the folder read back against the run")
     result["files"], result["bytes"] = folder_size(out)
-    shutil.rmtree(out.parent)
+    # Kept until the whole section ends (the parent removes its temporary folder): on a filesystem
+    # mounted with online discard (ext4 -o discard, as some virtual disks are) removing a folder
+    # trims its blocks in the journal's next commits, and the next run's file creations wait
+    # behind them — measured here, a 1,000-point folder's commit took 3.0 s right after removing
+    # the previous ones and 0.43 s without.
     return result
 
 
