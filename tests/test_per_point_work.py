@@ -88,15 +88,42 @@ def test_a_walk_asks_its_tokenizer_for_its_prefix_as_often_at_four_points_as_at_
     assert counts[4] == counts[2] <= 3  # the compile's prompts once, the walk once (the share's forward included)
 
 
-def test_a_run_outside_a_walk_still_asks_its_tokenizer(engines, tmp_path):
+def test_a_run_outside_a_walk_still_asks_its_tokenizer(engines, tmp_path, monkeypatch):
     """``passes.resolve`` called on its own (no walk around it) asks the tokenizer itself."""
     from causalab_mini.engine import passes
 
     raw = patching_document()
     loaded = engines(raw, "hooks", document=tmp_path / "doc.causalab.json")
     plan = cm.compile(cm.read(raw, path=tmp_path / "doc.causalab.json"), loaded=loaded, data=[DATA])
-    forwards, positions = passes.resolve(loaded, plan.steps["score"].forwards)
-    assert positions is None and all(f.windows for f in forwards)
+    asked = []
+    real = locate.special_prefix
+    monkeypatch.setattr(locate, "special_prefix", lambda tok: asked.append(1) or real(tok))
+    alone, positions = passes.resolve(loaded, plan.steps["score"].forwards)
+    assert asked == [1]  # asked itself, with no walk to ask once for it
+    with passes.walking():
+        walked, _ = passes.resolve(loaded, plan.steps["score"].forwards)
+    assert positions is None
+    assert [f.windows for f in alone] == [f.windows for f in walked] and all(f.windows for f in alone)
+
+
+def test_kept_is_by_identity_and_keeps_no_refusal():
+    """``memo.kept``: equal but distinct objects are not one entry; a ``make`` that raises stores
+    nothing, so the next ask makes it afresh."""
+    from causalab_mini.memo import kept
+
+    store, made = {}, []
+    a, b = [1, 2], [1, 2]
+    assert kept(store, a, lambda: made.append("a") or "A") == "A"
+    assert kept(store, a, lambda: made.append("again") or "X") == "A"
+    assert kept(store, b, lambda: made.append("b") or "B") == "B"
+    assert kept(store, a, lambda: "Y", "other key") == "Y" and made == ["a", "b"]
+
+    def refuse():
+        raise ValueError("no")
+    with pytest.raises(ValueError):
+        kept(store, (3,), refuse)
+    c = (3,)
+    assert kept(store, c, lambda: "made afresh") == "made afresh"
 
 
 def _files(folder) -> dict:

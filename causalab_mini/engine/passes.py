@@ -18,6 +18,7 @@ from typing import Iterator, Optional
 import torch
 
 from ..errors import EngineError
+from ..memo import kept
 from ..metric_kinds import BUILT_IN, METRICS
 from ..ops import intervene, locate, metrics as metric_ops, reduce
 from ..plan.plan import Forward, Observe, WriteOp
@@ -70,8 +71,8 @@ def _ops(forward: Forward):
     return (*forward.writes, *forward.reads)
 
 
-# What a walk has asked its engine's tokenizer: a tokenizer's special prefix, by the tokenizer's id
-# (the tokenizer kept beside it, so the id stays its). None outside a walk (``walking``).
+# What a walk has asked its engine's tokenizer: a tokenizer's special prefix, by the tokenizer's
+# identity (memo.kept). None outside a walk (``walking``).
 _ASKED: ContextVar[Optional[dict]] = ContextVar("causalab_walk_prefixes", default=None)
 
 
@@ -93,10 +94,7 @@ def _prefix(tok) -> int:
     asked = _ASKED.get()
     if asked is None:
         return len(locate.special_prefix(tok))
-    known = asked.get(id(tok))
-    if known is None or known[0] is not tok:
-        known = asked[id(tok)] = (tok, len(locate.special_prefix(tok)))
-    return known[1]
+    return kept(asked, tok, lambda: len(locate.special_prefix(tok)))
 
 
 def resolve(engine, forwards: tuple[Forward, ...], *, anchored: Optional[bool] = None,

@@ -85,7 +85,7 @@ def encode_rows(tok, texts: Sequence[str]) -> tuple[tuple[tuple[int, ...], ...],
     on the tokenizer's padding defaults; on the left, so every row's last token sits
     at the same index.
     """
-    encoded = _encoded(tok, texts)
+    encoded = encode_each(tok, texts)
     width = max((len(e) for e in encoded), default=0)
     pad = pad_id(tok)
     ids = tuple(tuple([pad] * (width - len(e)) + e) for e in encoded)
@@ -93,13 +93,13 @@ def encode_rows(tok, texts: Sequence[str]) -> tuple[tuple[tuple[int, ...], ...],
     return ids, mask
 
 
-def _encoded(tok, texts: Sequence[str]) -> list[list[int]]:
-    """Each text's ids exactly as ``tok(text)`` gives them alone. A fast tokenizer encodes a list
-    (unpadded) text by text in one call of its backend — the call it makes for one text — so the
-    rows are asked for together; any other tokenizer is asked text by text."""
+def encode_each(tok, texts: Sequence[str], **kwargs) -> list[list[int]]:
+    """Each text's ids exactly as ``tok(text, **kwargs)`` gives them alone. A fast tokenizer encodes
+    a list (unpadded) text by text in one call of its backend — the call it makes for one text — so
+    the texts are asked for together; any other tokenizer is asked text by text."""
     if getattr(tok, "is_fast", False) is True and len(texts) > 1:
-        return [list(ids) for ids in tok(list(texts))["input_ids"]]
-    return [list(tok(t)["input_ids"]) for t in texts]
+        return [list(ids) for ids in tok(list(texts), **kwargs)["input_ids"]]
+    return [list(tok(t, **kwargs)["input_ids"]) for t in texts]
 
 
 def content_spans(mask: Sequence[Sequence[int]], prefix: int) -> tuple[tuple[int, int], ...]:

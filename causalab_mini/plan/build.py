@@ -29,6 +29,7 @@ from .plan import (Address, Epochs, FeaturizerSpec, Featurizers, Fit, Forward, M
                    OutputSpec, Plan, ReadOp, SaveSpec, Weights, WriteOp, group_taps)
 from .featurizer_files import bundle_header, space_width
 from . import attribution
+from ..memo import kept
 from .schedule import schedule
 from .share import share
 from .tokens import Tokenized, answer_tokens, answers_tokens, tokenize_rows
@@ -56,20 +57,17 @@ class Context:
     datasets: dict = field(default_factory=dict, repr=False)  # dataset ref -> data.Dataset
     prompts: dict = field(default_factory=dict, repr=False)  # (dataset, field, rows) -> Tokenized
     metrics: dict = field(default_factory=dict, repr=False)  # (path, definition, read, rows, ...) -> Metric
-    metric_of: dict = field(default_factory=dict, repr=False)  # the same by the definition's id -> (it, Metric)
+    metric_of: dict = field(default_factory=dict, repr=False)  # the same by the definition's identity (memo.kept)
     pieces: dict = field(default_factory=dict, repr=False)  # token id -> its piece
     # Fixed cuts found to fit every row of a prompt set (a sweep's points cut the same prompts at
-    # the same few places): (id of the Tokenized, cut) -> that Tokenized, kept so the id stays its.
+    # the same few places), by the Tokenized's identity and the cut (memo.kept).
     fitted: dict = field(default_factory=dict, repr=False)
-    sites: dict = field(default_factory=dict, repr=False)  # id of a validated site -> (it, its address)
+    sites: dict = field(default_factory=dict, repr=False)  # a validated site's address, by its identity
 
     def locate(self, site, path: str):
         """A site's address. The points of a sweep share the site's object where the sweep leaves
         it alone (document/read.py): its address is found once (successes only, as ``answers``)."""
-        known = self.sites.get(id(site))
-        if known is None or known[0] is not site:
-            known = self.sites[id(site)] = (site, self.facts.locate(site, path=path, engine=self.engine))
-        return known[1]
+        return kept(self.sites, site, lambda: self.facts.locate(site, path=path, engine=self.engine))
 
     def tokenize(self, rendered: list, path: str) -> Tokenized:
         key = (tuple(rendered), path)
@@ -424,14 +422,14 @@ class _PointCompiler:
         """A fixed cut names the same tokens on every row: a row it does not fit is a wrong document."""
         if not where.fixed:
             return
-        key = (id(tokens), where)
-        if self.ctx.fitted.get(key) is tokens:  # an earlier point's op found this cut fits these prompts
-            return
-        spans = locate.content_spans(tokens.mask, tokens.prefix)
-        misses = [i for i, w in enumerate(locate.cut_rows(spans, where)) if w is None]
-        if misses:
-            raise CompileError(f"{path}.pos", *locate.misfit(name, where, spans, misses))
-        self.ctx.fitted[key] = tokens
+        def fits() -> bool:  # asked once per prompt set and cut; a misfit refuses, and is not kept
+            spans = locate.content_spans(tokens.mask, tokens.prefix)
+            misses = [i for i, w in enumerate(locate.cut_rows(spans, where)) if w is None]
+            if misses:
+                raise CompileError(f"{path}.pos", *locate.misfit(name, where, spans, misses))
+            return True
+
+        kept(self.ctx.fitted, tokens, fits, where)
 
     def _check_operands(self, ipath: str, iv, forwards) -> None:
         reads = {r.name: (r, f) for f in forwards for r in f.reads}
@@ -464,18 +462,16 @@ class _PointCompiler:
         # A frozen Metric depends on nothing else: every point of a sweep scoring this metric on
         # these rows shares one (ds: held by ctx.datasets for the context's life).
         rest = (read.model, read.input, contrast, contrast_from, id(ds), tuple(rows))
+
+        def by_value() -> Metric:
+            key = (path, name, metric, *rest)
+            if key not in self.ctx.metrics:
+                self.ctx.metrics[key] = self._made_metric(path, name, metric, read, ds, rows, contrast,
+                                                          contrast_from)
+            return self.ctx.metrics[key]
         # The points of a sweep share the definition's object where the sweep leaves it alone
         # (document/read.py): found by it first, since hashing a definition dumps it to JSON.
-        same = self.ctx.metric_of.get((path, name, id(metric), *rest))
-        if same is not None and same[0] is metric:
-            return same[1]
-        key = (path, name, metric, *rest)
-        made = self.ctx.metrics.get(key)
-        if made is None:
-            made = self.ctx.metrics[key] = self._made_metric(path, name, metric, read, ds, rows, contrast,
-                                                             contrast_from)
-        self.ctx.metric_of[path, name, id(metric), *rest] = (metric, made)  # the definition kept: its id stays its
-        return made
+        return kept(self.ctx.metric_of, metric, by_value, path, name, *rest)
 
     def _made_metric(self, path: str, name: str, metric, read, ds, rows, contrast, contrast_from) -> Metric:
         kind = METRICS[metric.kind]

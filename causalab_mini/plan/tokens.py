@@ -91,17 +91,13 @@ def answer_tokens(tok, value, *, path: str) -> tuple[int, ...]:
 
 def answers_tokens(tok, values: list) -> list[Optional[tuple[int, ...]]]:
     """``answer_tokens`` of each value, None where it would refuse (it says why, with the field
-    that asked). A fast tokenizer encodes a list text by text, so the answers are asked for in one
-    call (``locate.encode_rows``' reason); any other is asked answer by answer."""
+    that asked); the answers asked of the tokenizer together (``locate.encode_each``)."""
     words = [str(v).strip() for v in values]
     said = [w for w in words if w]
     if not said:
         return [None] * len(words)
     head = tok("a", add_special_tokens=False)["input_ids"]
-    if getattr(tok, "is_fast", False) is True and len(said) > 1:
-        encoded = iter(tok(["a " + w for w in said], add_special_tokens=False)["input_ids"])
-    else:
-        encoded = iter([tok("a " + w, add_special_tokens=False)["input_ids"] for w in said])
+    encoded = iter(locate.encode_each(tok, ["a " + w for w in said], add_special_tokens=False))
     return [_continuation(head, next(encoded)) if w else None for w in words]
 
 
