@@ -82,12 +82,9 @@ def metric_rows(step: Observe, name: str, produced_by: str) -> list[dict]:
             reason = _excluded_reason(metric, recorded, excluded, i, reason)
         row = {"example_id": example_id, "metric": name, "value": next(values) if ok else None,
                "eligible": ok}
-        if positions is None:
-            row["positions"] = None
-            row["reason"] = reason
-        else:
-            row["positions"] = list(positions["rows"][i])
-            row["reason"] = reason
+        row["positions"] = None if positions is None else list(positions["rows"][i])
+        row["reason"] = reason
+        if positions is not None:
             row["tokens"] = positions["tokens"][i]
         if answers is not None:
             row["answers"] = answers[i]
